@@ -1,0 +1,19 @@
+//! Compiles the PipelineSnapshot schema with protox (pure Rust), so no
+//! system `protoc` is needed on a fresh machine.
+
+fn main() {
+    let files = [
+        "proto/tensorflow/core/framework/graph.proto",
+        "proto/tensorflow/core/framework/input_pipeline_analysis.proto",
+    ];
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    let fds = match protox::compile(files, ["proto"]) {
+        Ok(fds) => fds,
+        Err(e) => panic!("compiling the stats.pb schema failed: {e}"),
+    };
+    if let Err(e) = prost_build::Config::new().compile_fds(fds) {
+        panic!("generating Rust code for the stats.pb schema failed: {e}");
+    }
+}

@@ -1,0 +1,59 @@
+//! plumber-collector: observations of a tf.data pipeline (from the probe,
+//! the shim or a recorded event file) to per-op statistics over a recording
+//! window, written as Plumber-compatible `stats.pb` and `report.json`.
+//!
+//! No BPF dependency: everything here can be driven from a recorded event
+//! file.
+//!
+//! ```text
+//! events --window--> WindowResult --snapshot--> PipelineSnapshot (stats.pb)
+//!                                                 |--report--> MeasuredReport
+//!                                                 '--table---> text table
+//! ```
+
+pub mod event;
+pub mod eventfile;
+pub mod opnames;
+pub mod proto;
+pub mod report;
+pub mod snapshot;
+pub mod statsfile;
+pub mod table;
+pub mod topology;
+pub mod window;
+
+use thiserror::Error;
+
+use crate::event::Event;
+use crate::proto::PipelineSnapshot;
+use crate::window::{WindowError, WindowResult};
+
+#[derive(Debug, Error)]
+pub enum CollectError {
+    #[error(transparent)]
+    Window(#[from] WindowError),
+}
+
+/// The outcome of one recording.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Collected {
+    pub window: WindowResult,
+    pub snapshot: PipelineSnapshot,
+}
+
+impl Collected {
+    pub fn report(&self) -> report::MeasuredReport {
+        report::measured(&self.snapshot)
+    }
+
+    pub fn table(&self) -> String {
+        table::render_table(&self.snapshot)
+    }
+}
+
+/// Aggregates the events over the recording window and builds the snapshot.
+pub fn collect(events: impl IntoIterator<Item = Event>) -> Result<Collected, CollectError> {
+    let window = window::aggregate(events)?;
+    let snapshot = snapshot::build_snapshot(&window);
+    Ok(Collected { window, snapshot })
+}

@@ -1,0 +1,66 @@
+mod common;
+
+use common::*;
+use plumber_collector::collect;
+use plumber_collector::eventfile::{
+    read_events, read_events_from, write_events, EventFileError, EventWriter,
+};
+
+#[test]
+fn event_file_round_trip_and_collect() {
+    let dir = scratch_dir("eventfile");
+    let path = dir.join("events.jsonl");
+    let events = flatmap_events();
+    write_events(&path, &events).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), events.len());
+    assert!(text.lines().next().unwrap().contains("\"kind\":\"target\""));
+    let back = read_events(&path).unwrap();
+    assert_eq!(back, events);
+    assert_eq!(collect(back).unwrap(), collect(events).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn streaming_writer_and_blank_lines() {
+    let mut w = EventWriter::new(Vec::new(), "mem");
+    for e in chain_events() {
+        w.write(&e).unwrap();
+    }
+    w.flush().unwrap();
+    let mut bytes = w.into_inner();
+    bytes.extend_from_slice(b"\n   \n");
+    assert_eq!(
+        read_events_from(bytes.as_slice(), "mem").unwrap(),
+        chain_events()
+    );
+}
+
+#[test]
+fn bad_line_names_the_line() {
+    let dir = scratch_dir("badline");
+    let path = dir.join("events.jsonl");
+    let good = serde_json::to_string(&end(false, "x")).unwrap();
+    std::fs::write(
+        &path,
+        format!("{good}\n{{\"kind\":\"poll\",\"mono_ns\":\n{good}\n"),
+    )
+    .unwrap();
+    let e = read_events(&path).unwrap_err();
+    assert!(matches!(e, EventFileError::Parse { line: 2, .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("line 2") && msg.contains("events.jsonl"),
+        "{msg}"
+    );
+
+    std::fs::write(&path, format!("{good}\n{{\"kind\":\"nonsense\"}}\n")).unwrap();
+    assert!(matches!(
+        read_events(&path),
+        Err(EventFileError::Parse { line: 2, .. })
+    ));
+
+    let missing = read_events(dir.join("missing.jsonl")).unwrap_err();
+    assert!(matches!(missing, EventFileError::Open { .. }));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

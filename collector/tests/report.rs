@@ -1,0 +1,140 @@
+mod common;
+
+use common::*;
+use plumber_collector::collect;
+use plumber_collector::proto::pipeline_snapshot::OpStats;
+use plumber_collector::proto::{GraphDef, NodeDef, PipelineSnapshot};
+use plumber_collector::report::{measured, MeasuredNode, ReportDrop};
+
+fn find<'a>(nodes: &'a [MeasuredNode], name: &str) -> &'a MeasuredNode {
+    nodes
+        .iter()
+        .find(|n| n.name == name)
+        .unwrap_or_else(|| panic!("no node {name}"))
+}
+
+#[test]
+fn measured_from_our_snapshot() {
+    let got = collect(flatmap_events()).unwrap();
+    let r = got.report();
+    assert_eq!(r, measured(&got.snapshot));
+    assert_eq!(r.target.pid, 4242);
+    assert_eq!(r.target.tensorflow_version, "2.21.0");
+    assert_eq!(r.target.libraries.len(), 1);
+    assert_eq!(r.mode, "model");
+    assert_eq!(r.window.start_ns, WALL0 as i64);
+    assert_eq!(r.window.end_ns, (WALL0 + 10 * SEC) as i64);
+    assert!(!r.window.partial);
+    assert_eq!(r.nodes.len(), 6);
+
+    let parents: Vec<(&str, Option<&str>)> = r
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.parent.as_deref()))
+        .collect();
+    assert_eq!(
+        parents,
+        [
+            ("TensorSliceDataset/_0", Some("FlatMapDataset/_1")),
+            ("FlatMapDataset/_1", Some("ParallelMapDatasetV2/_2")),
+            ("ParallelMapDatasetV2/_2", Some("BatchDatasetV2/_3")),
+            ("BatchDatasetV2/_3", Some("PrefetchDataset/_4")),
+            ("PrefetchDataset/_4", Some("dataset")),
+            ("TFRecordDataset/_5", Some("FlatMapDataset/_1")),
+        ]
+    );
+    let t = find(&r.nodes, "TFRecordDataset/_5");
+    assert_eq!(t.op, "TFRecordDataset");
+    assert_eq!(t.path, P_FTFREC);
+    assert_eq!(t.elements_produced, 2700);
+    assert_eq!(t.wall_ns, 27_000_000);
+    assert_eq!(t.bytes_produced, 270_000);
+    assert_eq!(t.buffered_elements, 1);
+    assert_eq!(t.parallelism, 1.0);
+    assert_eq!(find(&r.nodes, "ParallelMapDatasetV2/_2").parallelism, 4.0);
+    assert!(r.drops.contains(&ReportDrop {
+        what: "retired_node_unplaced".to_string(),
+        count: 1
+    }));
+    // Serializes (the analyzer flattens these fields into report.json).
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"mode\":\"model\""));
+}
+
+#[test]
+fn measured_from_a_plumber_file() {
+    // What Plumber's TensorFlow writes: no probe fields, Consts in the graph,
+    // parallelism only as an integer, buffers only as aggregate_max_buffer_size.
+    let node = |name: &str, op: &str, input: &[&str]| NodeDef {
+        name: name.to_string(),
+        op: op.to_string(),
+        input: input.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let snap = PipelineSnapshot {
+        graph: Some(GraphDef {
+            node: vec![
+                node("Const/_0", "Const", &[]),
+                node("TFRecordDataset/_1", "TFRecordDataset", &["Const/_0"]),
+                node("Const/_2", "Const", &[]),
+                node(
+                    "ParallelMapDatasetV2/_3",
+                    "ParallelMapDatasetV2",
+                    &["TFRecordDataset/_1", "Const/_2"],
+                ),
+                node("dataset", "_Retval", &["ParallelMapDatasetV2/_3"]),
+            ],
+            ..Default::default()
+        }),
+        stats: vec![
+            OpStats {
+                name: "ParallelMapDatasetV2/_3".to_string(),
+                aggregate_elements_produced: 10,
+                aggregate_processing_time: 1000,
+                parallelism: 6,
+                aggregate_max_buffer_size: 12,
+                aggregate_bytes_produced: 99,
+                ..Default::default()
+            },
+            OpStats {
+                name: "TFRecordDataset/_1".to_string(),
+                aggregate_elements_produced: 10,
+                parallelism: 1,
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let r = measured(&snap);
+    assert_eq!(r.target.pid, 0);
+    assert_eq!(r.target.tensorflow_version, "");
+    assert!(r.target.libraries.is_empty());
+    assert_eq!(r.mode, "");
+    assert_eq!(
+        (r.window.start_ns, r.window.end_ns, r.window.partial),
+        (0, 0, false)
+    );
+    let m = find(&r.nodes, "ParallelMapDatasetV2/_3");
+    assert_eq!(m.parent.as_deref(), Some("dataset"));
+    assert_eq!(m.op, "ParallelMapDatasetV2");
+    assert_eq!(m.path, "");
+    assert_eq!(
+        (
+            m.elements_produced,
+            m.wall_ns,
+            m.parallelism,
+            m.buffered_elements,
+            m.bytes_produced
+        ),
+        (10, 1000, 6.0, 12, 99)
+    );
+    let t = find(&r.nodes, "TFRecordDataset/_1");
+    assert_eq!(t.parent.as_deref(), Some("ParallelMapDatasetV2/_3"));
+    assert!(r.drops.is_empty());
+}
+
+#[test]
+fn measured_from_an_empty_snapshot_does_not_panic() {
+    let r = measured(&PipelineSnapshot::default());
+    assert!(r.nodes.is_empty());
+}

@@ -1,0 +1,194 @@
+//! Everything needed to observe one TensorFlow build, derived from the
+//! target's own libraries and cached by their build ids (the symbol index of
+//! the 0.8 GB libtensorflow_cc costs about a second to build).
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+use tracing::{debug, info, warn};
+
+use crate::layout::{self, IteratorLayout, LayoutError, NodeLayout};
+use crate::symbols::{self, Symbol, SymbolError, Symbols};
+use crate::target::Target;
+
+const GET_NEXT: &str =
+    "_ZN10tensorflow4data19DatasetBaseIterator7GetNextEPNS0_15IteratorContextEPSt6vectorINS_6TensorESaIS5_EEPb";
+const REMOVE_NODE: &str = "_ZN10tensorflow4data5model5Model10RemoveNodeESt10shared_ptrINS1_4NodeEE";
+const TO_PROTO: &str = "_ZNK10tensorflow4data5model4Node7ToProtoEPNS1_15ModelProto_NodeE";
+const RECORD_ELEMENT: &str =
+    "_ZN10tensorflow4data19DatasetBaseIterator13RecordElementEPNS0_15IteratorContextEPSt6vectorINS_6TensorESaIS5_EE";
+const RECORD_STOP: &str = "_ZN10tensorflow4data5model4Node11record_stopEl";
+const PREFIX: &str = "_ZNK10tensorflow4data19DatasetBaseIterator6prefixB5cxx11Ev";
+
+/// Model node name -> the op's `Iterator::CreateNode` in libtensorflow_cc,
+/// for ops whose parallelism is a `SharedState` knob.
+const CREATE_NODE: &[(&str, &str)] = &[
+    (
+        "ParallelMapV2",
+        "_ZNK10tensorflow4data20ParallelMapDatasetOp7Dataset8Iterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+    ),
+    (
+        "ParallelInterleaveV4",
+        "_ZNK10tensorflow4data27ParallelInterleaveDatasetOp7Dataset26ParallelInterleaveIterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+    ),
+    (
+        "ParallelBatch",
+        "_ZNK10tensorflow4data22ParallelBatchDatasetOp7Dataset8Iterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+    ),
+    (
+        "MapAndBatch",
+        "_ZNK10tensorflow4data12experimental20MapAndBatchDatasetOp7Dataset8Iterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+    ),
+];
+
+#[derive(Debug, Error)]
+pub enum AttachError {
+    #[error(transparent)]
+    Symbol(#[from] SymbolError),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+}
+
+/// A uprobe target: file offset in a library we can open.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbePoint {
+    pub lib: PathBuf,
+    pub file_offset: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Derived {
+    pub getnext: ProbePoint,
+    pub remove_node: Option<ProbePoint>,
+    /// None when the model layout could not be derived (uprobe fallback).
+    pub node: Option<NodeLayout>,
+    pub iter: Option<IteratorLayout>,
+    /// Why `node` is None.
+    pub model_error: Option<String>,
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("PLUMBER_PROBE_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    let home = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(home.join("plumber-probe"))
+}
+
+/// Cache key: build ids of both libraries and our own version (a new
+/// derivation algorithm must not read an old entry).
+fn cache_file(target: &Target) -> Option<PathBuf> {
+    let fw = symbols::build_id(&target.framework.host_path)?;
+    let cc = match &target.cc {
+        Some(cc) => symbols::build_id(&cc.host_path)?,
+        None => "none".into(),
+    };
+    Some(cache_dir()?.join(format!("layout-{}-{fw}-{cc}.json", env!("CARGO_PKG_VERSION"))))
+}
+
+/// Derives (or loads from the cache) what is needed to observe `target`.
+/// Returns whether the cache was used.
+pub fn derive(target: &Target) -> Result<(Derived, bool), AttachError> {
+    let cache = cache_file(target);
+    if let Some(path) = &cache {
+        if let Ok(text) = fs::read_to_string(path) {
+            match serde_json::from_str::<Derived>(&text) {
+                Ok(mut d) => {
+                    // Paths go through /proc/PID/root of *this* target.
+                    d.getnext.lib = target.framework.host_path.clone();
+                    if let Some(r) = &mut d.remove_node {
+                        r.lib = target.framework.host_path.clone();
+                    }
+                    debug!(path = %path.display(), "layout cache hit");
+                    return Ok((d, true));
+                }
+                Err(e) => warn!(path = %path.display(), "ignoring unreadable layout cache: {e}"),
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let d = derive_uncached(target)?;
+    info!(ms = t0.elapsed().as_millis() as u64, "derived TensorFlow layout");
+    if let Some(path) = &cache {
+        let tmp = path.with_extension("tmp");
+        let ok = path
+            .parent()
+            .map(fs::create_dir_all)
+            .transpose()
+            .is_ok()
+            && serde_json::to_vec_pretty(&d)
+                .ok()
+                .is_some_and(|b| fs::write(&tmp, b).is_ok() && fs::rename(&tmp, path).is_ok());
+        if !ok {
+            warn!(path = %path.display(), "could not write the layout cache");
+        }
+    }
+    Ok((d, false))
+}
+
+fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
+    let syms = Symbols::new();
+    let fw = &target.framework.host_path;
+    let found = syms.lookup(fw, &[GET_NEXT, REMOVE_NODE, TO_PROTO, RECORD_ELEMENT, RECORD_STOP, PREFIX])?;
+    let get = |i: usize, name: &str| -> Result<Symbol, SymbolError> {
+        found.get(i).cloned().flatten().ok_or_else(|| SymbolError::Missing {
+            path: fw.clone(),
+            name: name.to_string(),
+        })
+    };
+    let getnext = get(0, GET_NEXT)?;
+    let remove_node = get(1, REMOVE_NODE).ok();
+    let point = |s: &Symbol| ProbePoint {
+        lib: fw.clone(),
+        file_offset: s.file_offset,
+    };
+
+    let model = (|| -> Result<(NodeLayout, IteratorLayout), AttachError> {
+        let code = |s: &Symbol| symbols::code(fw, s);
+        let tp = get(2, TO_PROTO)?;
+        let re = get(3, RECORD_ELEMENT)?;
+        let rs = get(4, RECORD_STOP)?;
+        let pf = get(5, PREFIX)?;
+        let from_proto = layout::node_from_to_proto(&code(&tp)?, tp.vaddr)?;
+        let rec = layout::record_element(&code(&re)?, re.vaddr)?;
+        let stop = layout::record_stop(&code(&rs)?, rs.vaddr)?;
+        let node = layout::node_layout(from_proto, &rec, stop)?;
+        let mut iter = IteratorLayout {
+            node: rec.node,
+            prefix: layout::prefix(&code(&pf)?, pf.vaddr)?,
+            ..Default::default()
+        };
+        if let Some(cc) = &target.cc {
+            let names: Vec<&str> = CREATE_NODE.iter().map(|(_, m)| *m).collect();
+            for ((model_name, _), sym) in CREATE_NODE.iter().zip(syms.lookup(&cc.host_path, &names)?) {
+                let Some(sym) = sym else { continue };
+                match symbols::code(&cc.host_path, &sym)
+                    .map_err(AttachError::from)
+                    .and_then(|c| Ok(layout::create_node_shared_state(&c, sym.vaddr)?))
+                {
+                    Ok(off) => {
+                        iter.parallelism.insert((*model_name).to_string(), off);
+                    }
+                    Err(e) => debug!("parallelism of {model_name} will be unknown: {e}"),
+                }
+            }
+        }
+        Ok((node, iter))
+    })();
+    let (node, iter, model_error) = match model {
+        Ok((n, i)) => (Some(n), Some(i), None),
+        Err(e) => (None, None, Some(e.to_string())),
+    };
+    Ok(Derived {
+        getnext: point(&getnext),
+        remove_node: remove_node.as_ref().map(point),
+        node,
+        iter,
+        model_error,
+    })
+}

@@ -1,0 +1,129 @@
+//! plumber-probe: attach to a running TensorFlow job and find what holds its
+//! tf.data input pipeline back.
+
+mod attach;
+mod bpf;
+mod layout;
+mod mem;
+mod model;
+mod output;
+mod record;
+mod symbols;
+mod target;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::record::{ModeChoice, RecordOpts};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "plumber-probe",
+    version,
+    about = "Find what holds a running TensorFlow job's tf.data input pipeline back",
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  sudo plumber-probe --pid 4242 --duration 30 --output out/\n  plumber-probe analyze out/stats.pb"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    record: Option<RecordArgs>,
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides.
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Attach to a running process and record its tf.data pipeline
+    /// (the same as the top-level --pid form).
+    Record(RecordArgs),
+    /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
+    Analyze(output::AnalyzeArgs),
+}
+
+#[derive(Args, Debug)]
+struct RecordArgs {
+    /// PID of the Python process that runs the pipeline.
+    #[arg(short, long)]
+    pid: i32,
+    /// Seconds to record; without it, until Ctrl-C or the target exits.
+    #[arg(short, long)]
+    duration: Option<f64>,
+    /// Output directory (created if needed).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Poll interval of the autotune model, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    interval_ms: u64,
+    /// How to observe the pipeline.
+    #[arg(long, value_enum, default_value_t = ModeChoice::Auto)]
+    mode: ModeChoice,
+    /// Seconds to wait for the pipeline to produce its first element.
+    #[arg(long, default_value_t = 60.0)]
+    wait: f64,
+    /// Also save every observation as JSON lines (events.jsonl), replayable
+    /// without the target.
+    #[arg(long)]
+    save_events: bool,
+    /// No progress line.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("plumber={0},plumber_probe={0},plumber_collector={0},plumber_analyzer={0}", cli.log)));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match (cli.command, cli.record) {
+        (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
+        (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
+        (None, None) => {
+            eprintln!("plumber-probe: nothing to do; try `sudo plumber-probe --pid PID` or `plumber-probe --help`");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the error and its causes, joined.
+            eprintln!("plumber-probe: {e:#}");
+            ExitCode::from(if output::is_usage_error(&e) { 2 } else { 1 })
+        }
+    }
+}
+
+fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
+    if let Some(d) = r.duration {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(output::usage(format!("--duration must be a positive number of seconds, not {d}")));
+        }
+    }
+    let opts = RecordOpts {
+        pid: r.pid,
+        duration: r.duration.map(Duration::from_secs_f64),
+        interval: Duration::from_millis(r.interval_ms.max(10)),
+        mode: r.mode,
+        discovery_timeout: Duration::from_secs_f64(r.wait.max(0.1)),
+        quiet: r.quiet,
+    };
+    let out = r.output.unwrap_or_else(|| record::default_output(r.pid));
+    output::prepare_dir(&out)?;
+    let rec = record::record(&opts)?;
+    output::write_recording(&out, &rec, r.save_events)
+}

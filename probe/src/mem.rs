@@ -1,0 +1,68 @@
+//! Reads the target's memory with process_vm_readv: no ptrace stop, no
+//! probe; the target does not notice. Every read can fail (the object may be
+//! freed under us), so every read returns a Result and callers validate.
+
+use std::io::IoSliceMut;
+
+use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+use nix::unistd::Pid;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum MemError {
+    #[error("reading {len} bytes at {addr:#x}: {errno}")]
+    Read { addr: u64, len: usize, errno: nix::errno::Errno },
+    #[error("short read at {addr:#x}: {got} of {len} bytes")]
+    Short { addr: u64, len: usize, got: usize },
+    #[error("string at {addr:#x} is not a plausible name (length {len})")]
+    BadString { addr: u64, len: u64 },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pid: Pid,
+}
+
+impl Memory {
+    pub fn new(pid: i32) -> Self {
+        Memory { pid: Pid::from_raw(pid) }
+    }
+
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        let len = buf.len();
+        let remote = [RemoteIoVec { base: addr as usize, len }];
+        let mut local = [IoSliceMut::new(buf)];
+        match process_vm_readv(self.pid, &mut local, &remote) {
+            Ok(n) if n == len => Ok(()),
+            Ok(n) => Err(MemError::Short { addr, len, got: n }),
+            Err(errno) => Err(MemError::Read { addr, len, errno }),
+        }
+    }
+
+    pub fn u64(&self, addr: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_ne_bytes(b))
+    }
+
+    pub fn i64(&self, addr: u64) -> Result<i64, MemError> {
+        self.u64(addr).map(|v| v as i64)
+    }
+
+    pub fn f64(&self, addr: u64) -> Result<f64, MemError> {
+        self.u64(addr).map(f64::from_bits)
+    }
+
+    /// Reads a libstdc++ `std::string` (`{char* p; size_t len; ...}`) of at
+    /// most `max` bytes.
+    pub fn std_string(&self, addr: u64, max: u64) -> Result<String, MemError> {
+        let p = self.u64(addr)?;
+        let len = self.u64(addr + 8)?;
+        if len == 0 || len > max || p == 0 {
+            return Err(MemError::BadString { addr, len });
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.read(p, &mut buf)?;
+        String::from_utf8(buf).map_err(|_| MemError::BadString { addr, len })
+    }
+}

@@ -1,0 +1,216 @@
+//! Walks TensorFlow's autotune model (the tree of `model::Node`s, one per
+//! iterator) in the target's memory. Every object is validated before it is
+//! trusted: a plausible name, a positive id, and consistent parent links. A
+//! node freed under us fails validation and is skipped, never reported.
+
+use plumber_collector::event::{NodeCounters, NodeObservation};
+use thiserror::Error;
+
+use crate::layout::NodeLayout;
+use crate::mem::{MemError, Memory};
+
+/// Ops whose inputs after the first are datasets built by their function
+/// (per input element), not their input dataset.
+const FUNCTION_OWNERS: &[&str] = &[
+    "FlatMap",
+    "Interleave",
+    "ParallelInterleaveV2",
+    "ParallelInterleaveV3",
+    "ParallelInterleaveV4",
+    "ParallelInterleave",
+    "LegacyParallelInterleaveV2",
+    "GroupByWindow",
+    "ChooseFastestBranch",
+];
+
+/// More nodes than this in one pipeline means we are reading garbage.
+const MAX_NODES: usize = 4096;
+const MAX_DEPTH: usize = 256;
+
+#[derive(Debug, Error)]
+pub enum WalkError {
+    #[error("node at {addr:#x} is not a valid model node: {why}")]
+    Invalid { addr: u64, why: String },
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}
+
+/// One node read from memory.
+#[derive(Debug, Clone)]
+pub struct RawNode {
+    pub addr: u64,
+    pub id: i64,
+    pub name: String,
+    pub parent: u64,
+    pub counters: NodeCounters,
+}
+
+pub struct ModelReader {
+    mem: Memory,
+    l: NodeLayout,
+}
+
+fn plausible_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+impl ModelReader {
+    pub fn new(mem: Memory, layout: NodeLayout) -> Self {
+        ModelReader { mem, l: layout }
+    }
+
+    pub fn node(&self, addr: u64) -> Result<RawNode, WalkError> {
+        let invalid = |why: &str| WalkError::Invalid {
+            addr,
+            why: why.to_string(),
+        };
+        if addr == 0 || addr % 8 != 0 {
+            return Err(invalid("null or misaligned"));
+        }
+        let id = self.mem.i64(addr + self.l.id as u64)?;
+        if !(0..1 << 40).contains(&id) {
+            return Err(invalid("id out of range"));
+        }
+        let name = self
+            .mem
+            .std_string(addr + self.l.name as u64, 64)
+            .map_err(|_| invalid("name is not a string"))?;
+        if !plausible_name(&name) {
+            return Err(invalid("implausible name"));
+        }
+        let rd = |off: u32| self.mem.i64(addr + off as u64);
+        Ok(RawNode {
+            addr,
+            id,
+            name,
+            parent: self.mem.u64(addr + self.l.output as u64)?,
+            counters: NodeCounters {
+                num_elements: rd(self.l.num_elements)?,
+                bytes_produced: rd(self.l.bytes_produced)?,
+                bytes_consumed: rd(self.l.bytes_consumed)?,
+                processing_time_ns: rd(self.l.processing_time)?,
+                buffered_elements: rd(self.l.buffered_elements)?,
+                buffered_bytes: rd(self.l.buffered_bytes)?,
+            },
+        })
+    }
+
+    /// `std::list<std::shared_ptr<Node>> inputs_`: libstdc++ list header
+    /// {next, prev, size}; each list node {next, prev, shared_ptr{ptr, ctrl}}.
+    pub fn inputs(&self, addr: u64) -> Result<Vec<u64>, WalkError> {
+        let head = addr + self.l.inputs as u64;
+        let size = self.mem.u64(head + 16)?;
+        if size > 1024 {
+            return Err(WalkError::Invalid {
+                addr,
+                why: format!("{size} inputs"),
+            });
+        }
+        let mut out = Vec::with_capacity(size as usize);
+        let mut p = self.mem.u64(head)?;
+        while p != head && out.len() < size as usize {
+            out.push(self.mem.u64(p + 16)?);
+            p = self.mem.u64(p)?;
+        }
+        Ok(out)
+    }
+
+    /// Climbs `output_` links to the root node.
+    pub fn root_of(&self, node: u64) -> Result<u64, WalkError> {
+        let mut cur = node;
+        for _ in 0..MAX_DEPTH {
+            let n = self.node(cur)?;
+            if n.parent == 0 {
+                return Ok(cur);
+            }
+            cur = n.parent;
+        }
+        Err(WalkError::Invalid {
+            addr: node,
+            why: "no root within 256 levels".into(),
+        })
+    }
+
+    /// Reads the whole tree under `root`, root first. Children that fail
+    /// validation (freed while we read) are skipped and counted.
+    pub fn walk(&self, root: u64) -> Result<(Vec<NodeObservation>, u64), WalkError> {
+        let r = self.node(root)?;
+        let mut out = Vec::new();
+        let mut skipped = 0u64;
+        // (node, parent addr, path of parent, in_function)
+        let mut stack: Vec<(RawNode, Option<u64>, String, bool)> = vec![(r, None, String::new(), false)];
+        while let Some((n, parent, ppath, in_function)) = stack.pop() {
+            if out.len() >= MAX_NODES {
+                return Err(WalkError::Invalid {
+                    addr: root,
+                    why: format!("more than {MAX_NODES} nodes"),
+                });
+            }
+            let path = if ppath.is_empty() {
+                n.name.clone()
+            } else {
+                format!("{ppath}::{}", n.name)
+            };
+            let owner = FUNCTION_OWNERS.contains(&n.name.as_str());
+            let inputs = self.inputs(n.addr).unwrap_or_default();
+            let mut kids = Vec::new();
+            for (i, c) in inputs.iter().enumerate() {
+                match self.node(*c) {
+                    // A child whose output_ is not this node is stale.
+                    Ok(cn) if cn.parent == n.addr => kids.push((cn, Some(n.addr), path.clone(), owner && i > 0)),
+                    _ => skipped += 1,
+                }
+            }
+            out.push(NodeObservation {
+                addr: n.addr,
+                id: n.id,
+                name: n.name,
+                path,
+                parent,
+                in_function,
+                counters: n.counters,
+                parallelism: None,
+            });
+            // Reverse so the first input is walked first (stable order).
+            stack.extend(kids.into_iter().rev());
+        }
+        Ok((out, skipped))
+    }
+}
+
+/// Turns an iterator prefix (`Iterator::Root::Prefetch::FlatMap[3]::TFRecord`)
+/// into a stable op path (`Root::Prefetch::FlatMap::TFRecord`).
+pub fn stable_path(prefix: &str) -> String {
+    let p = prefix.strip_prefix("Iterator::").unwrap_or(prefix);
+    let mut out = String::with_capacity(p.len());
+    let mut depth = 0;
+    for ch in p.chars() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ if depth == 0 => out.push(ch),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_path_strips_indexes() {
+        assert_eq!(
+            stable_path("Iterator::Root::Prefetch::ForeverRepeat[118]::FlatMap[3]::TFRecord"),
+            "Root::Prefetch::ForeverRepeat::FlatMap::TFRecord"
+        );
+    }
+
+    #[test]
+    fn names() {
+        assert!(plausible_name("ParallelMapV2"));
+        assert!(!plausible_name("a b"));
+        assert!(!plausible_name(""));
+    }
+}

@@ -1,0 +1,141 @@
+//! Writing a recording's outputs, and the `analyze` subcommand.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use plumber_collector::statsfile;
+
+use crate::record::Recording;
+use crate::target::TargetError;
+
+/// Bad input from the user (exit status 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+pub fn usage(msg: String) -> anyhow::Error {
+    UsageError(msg).into()
+}
+
+pub fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<UsageError>()
+            || c.is::<statsfile::StatsError>()
+            || matches!(
+                c.downcast_ref::<TargetError>(),
+                Some(TargetError::NoSuchProcess(_) | TargetError::NoTensorFlow { .. })
+            )
+    })
+}
+
+pub fn prepare_dir(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating output directory {}", dir.display()))?;
+    // Fail now, not after a 30 s recording.
+    let probe = dir.join(".plumber-probe-write-test");
+    fs::write(&probe, b"").with_context(|| format!("output directory {} is not writable", dir.display()))?;
+    let _ = fs::remove_file(probe);
+    Ok(())
+}
+
+/// Writes `path` through a temporary file and a rename, so a reader never
+/// sees half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn write_recording(out: &Path, rec: &Recording, save_events: bool) -> Result<ExitCode> {
+    if save_events {
+        plumber_collector::eventfile::write_events(out.join("events.jsonl"), rec.events.iter())
+            .context("writing events.jsonl")?;
+    }
+    let collected = plumber_collector::collect(rec.events.iter().cloned())
+        .context("no usable observations were made; nothing written")?;
+    statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
+    let report = plumber_analyzer_bridge::report_json(&collected)?;
+    write_atomic(&out.join("report.json"), report.as_bytes())?;
+    println!("{}", collected.table());
+    println!(
+        "mode: {} | window {:.1} s | time to first data {:.2} s{}",
+        rec.mode,
+        collected.window.duration_ns() as f64 / 1e9,
+        rec.time_to_first_data,
+        if rec.cache_hit { " (layout cache hit)" } else { "" }
+    );
+    let dropped: Vec<String> = collected
+        .snapshot
+        .probe_drops
+        .iter()
+        .filter(|d| d.count > 0)
+        .map(|d| format!("{}={}", d.what, d.count))
+        .collect();
+    if !dropped.is_empty() {
+        println!("dropped: {}", dropped.join(", "));
+    }
+    if rec.partial {
+        println!("PARTIAL: the recording ended early ({}); the window covers what was observed", end_reason(rec));
+    }
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn end_reason(rec: &Recording) -> String {
+    rec.events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            plumber_collector::event::Event::End { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[derive(Args, Debug)]
+pub struct AnalyzeArgs {
+    /// stats.pb written by plumber-probe or Plumber's TensorFlow.
+    pub stats: PathBuf,
+    /// Cores available to the pipeline (default: from the file).
+    #[arg(long)]
+    pub cores: Option<f64>,
+    /// Memory budget, e.g. 64G, 512M or bytes (default: from the file).
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Disk bandwidth in bytes per second.
+    #[arg(long)]
+    pub disk_bandwidth: Option<f64>,
+    /// Print report.json instead of the text report.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write report.txt, report.json, pipeline.dot and pipeline.svg here.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
+    let snapshot = statsfile::read_stats(&a.stats)?;
+    let report = plumber_collector::report::measured(&snapshot);
+    let json = serde_json::to_string_pretty(&report)?;
+    if a.json {
+        println!("{json}");
+    } else {
+        println!("{}", plumber_collector::table::render_table(&snapshot));
+    }
+    if let Some(dir) = &a.output {
+        prepare_dir(dir)?;
+        write_atomic(&dir.join("report.json"), json.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+mod plumber_analyzer_bridge {
+    use anyhow::Result;
+    use plumber_collector::Collected;
+
+    pub fn report_json(c: &Collected) -> Result<String> {
+        Ok(serde_json::to_string_pretty(&c.report())?)
+    }
+}

@@ -1,0 +1,613 @@
+//! One recording: attach, poll the pipeline until the duration, Ctrl-C or
+//! the target's exit, then hand every observation to the collector.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use plumber_collector::event::{Drop as DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo};
+use tracing::{debug, info, warn};
+
+use crate::attach::{self, Derived};
+use crate::bpf::{self, Bpf, RetiredEvent, DROP_NAMES};
+use crate::layout::NodeLayout;
+use crate::mem::Memory;
+use crate::model::{stable_path, ModelReader};
+use crate::target::{self, Target};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeChoice {
+    /// The autotune model when it can be read, else uprobes.
+    Auto,
+    /// Only the autotune model (fail if it cannot be read).
+    Model,
+    /// Per-call uprobes on GetNext (microseconds per call on the target).
+    Uprobes,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOpts {
+    pub pid: i32,
+    pub duration: Option<Duration>,
+    pub interval: Duration,
+    pub mode: ModeChoice,
+    /// How long to wait for the pipeline to produce its first element.
+    pub discovery_timeout: Duration,
+    pub quiet: bool,
+}
+
+pub struct Recording {
+    pub events: Vec<Event>,
+    pub target: Target,
+    pub mode: &'static str,
+    pub partial: bool,
+    /// Seconds from start to the first poll with data.
+    pub time_to_first_data: f64,
+    pub cache_hit: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() -> Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let sa = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe.
+        unsafe { sigaction(sig, &sa) }.with_context(|| format!("installing the {sig} handler"))?;
+    }
+    Ok(())
+}
+
+pub fn now_ns() -> (u64, u64) {
+    let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0);
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    (mono, wall)
+}
+
+/// Root, BPF and ptrace permissions, checked before any work so the user
+/// gets the fix, not an errno from deep inside.
+pub fn check_privileges() -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_PTRACE: u64 = 19;
+    const CAP_PERFMON: u64 = 38;
+    const CAP_BPF: u64 = 39;
+    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON"), (CAP_SYS_PTRACE, "CAP_SYS_PTRACE")]
+        .iter()
+        .filter(|(bit, _)| cap_eff & (1 << bit) == 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "plumber-probe needs root to attach to another process: run it with sudo, or grant {} (e.g. sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace+ep $(which plumber-probe)); without privileges use `plumber-probe run -- python train.py`",
+        missing.join(" + ")
+    )
+}
+
+fn target_info(t: &Target, mode: &str) -> TargetInfo {
+    let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kb = |key: &str| {
+        mem.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+            * 1024
+    };
+    TargetInfo {
+        pid: t.pid as i64,
+        tensorflow_version: t.tensorflow_version.clone(),
+        libraries: t.libraries(),
+        mode: mode.to_string(),
+        num_cores: std::thread::available_parallelism().map(|n| n.get() as i64).unwrap_or(1),
+        memory_total: kb("MemTotal:"),
+        memory_free: kb("MemAvailable:"),
+    }
+}
+
+/// Progress on stderr: one updating line on a terminal, a line every 5 s
+/// otherwise (logs stay readable).
+struct Progress {
+    tty: bool,
+    quiet: bool,
+    last: Instant,
+    last_root: Option<(Instant, i64)>,
+}
+
+impl Progress {
+    fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
+        let every = if self.tty { Duration::from_secs(1) } else { Duration::from_secs(5) };
+        if self.quiet || self.last.elapsed() < every {
+            return;
+        }
+        let now = Instant::now();
+        let rate = match (self.last_root, root_elements) {
+            (Some((t, n0)), Some(n1)) => (n1 - n0) as f64 / now.duration_since(t).as_secs_f64().max(1e-9),
+            _ => 0.0,
+        };
+        self.last_root = root_elements.map(|n| (now, n));
+        self.last = now;
+        let of = total.map(|t| format!("/{t:.0}s")).unwrap_or_default();
+        let line = format!("recording {elapsed:5.1}s{of}  root {rate:9.1} elements/s");
+        let mut err = std::io::stderr();
+        let _ = if self.tty {
+            write!(err, "\r{line}   ")
+        } else {
+            writeln!(err, "{line}")
+        };
+        let _ = err.flush();
+    }
+
+    fn done(&self) {
+        if self.tty && !self.quiet {
+            eprintln!();
+        }
+    }
+}
+
+fn retired_to_event(e: &RetiredEvent) -> NodeRetired {
+    NodeRetired {
+        mono_ns: e.mono_ns,
+        addr: e.node,
+        id: e.id,
+        name: e.name.clone(),
+        parent: (e.parent != 0).then_some(e.parent),
+        parent_id: (e.parent != 0).then_some(e.parent_id),
+        counters: NodeCounters {
+            num_elements: e.num_elements,
+            bytes_produced: e.bytes_produced,
+            bytes_consumed: e.bytes_consumed,
+            processing_time_ns: e.processing_time,
+            buffered_elements: e.buffered_elements,
+            buffered_bytes: e.buffered_bytes,
+        },
+    }
+}
+
+pub fn record(opts: &RecordOpts) -> Result<Recording> {
+    let started = Instant::now();
+    let target = Target::open(opts.pid)?;
+    check_privileges()?;
+    install_signal_handlers()?;
+    info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
+    let (derived, cache_hit) = attach::derive(&target)?;
+    let use_model = match (opts.mode, &derived.node) {
+        (ModeChoice::Uprobes, _) => false,
+        (_, Some(_)) => true,
+        (ModeChoice::Model, None) => bail!(
+            "cannot read TensorFlow's autotune model in this build: {}; retry with --mode uprobes",
+            derived.model_error.as_deref().unwrap_or("unknown reason")
+        ),
+        (ModeChoice::Auto, None) => {
+            warn!(
+                "autotune model layout not derivable ({}); falling back to GetNext uprobes",
+                derived.model_error.as_deref().unwrap_or("unknown")
+            );
+            false
+        }
+    };
+    let layout = derived.node.unwrap_or_default();
+    let mut obj = MaybeUninit::uninit();
+    let bpf = Bpf::load(&mut obj, opts.pid, &layout)?;
+    let mut rec = Recording {
+        events: Vec::new(),
+        target: target.clone(),
+        mode: if use_model { "model" } else { "uprobes" },
+        partial: false,
+        time_to_first_data: 0.0,
+        cache_hit,
+    };
+    let ctx = Ctx {
+        opts,
+        target: &target,
+        derived: &derived,
+        bpf: &bpf,
+        mem: Memory::new(opts.pid),
+        started,
+    };
+    let outcome = if use_model {
+        ctx.run_model(&layout, &mut rec)
+    } else {
+        ctx.run_uprobes(&mut rec)
+    };
+    // Whatever happened, the BPF links are dropped here (detach), and what
+    // was observed so far is returned for writing.
+    outcome?;
+    Ok(rec)
+}
+
+struct Ctx<'a, 'obj> {
+    opts: &'a RecordOpts,
+    target: &'a Target,
+    derived: &'a Derived,
+    bpf: &'a Bpf<'obj>,
+    mem: Memory,
+    started: Instant,
+}
+
+enum Stop {
+    Duration,
+    Signal,
+    TargetExited,
+}
+
+impl Ctx<'_, '_> {
+    fn should_stop(&self, window_start: Option<Instant>) -> Option<Stop> {
+        if STOP.load(Ordering::SeqCst) {
+            return Some(Stop::Signal);
+        }
+        if !target::alive(self.target.pid) {
+            return Some(Stop::TargetExited);
+        }
+        match (self.opts.duration, window_start) {
+            (Some(d), Some(s)) if s.elapsed() >= d => Some(Stop::Duration),
+            _ => None,
+        }
+    }
+
+    /// Attaches the GetNext probe until the pipeline runs, then detaches it.
+    /// Returns the iterator pointers seen.
+    fn discover(&self) -> Result<Vec<u64>> {
+        let link = self
+            .bpf
+            .attach_discovery(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
+        self.bpf.clear_seen_iterators();
+        let t0 = Instant::now();
+        let mut first_hit: Option<Instant> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            if let Some(stop) = self.should_stop(None) {
+                drop(link);
+                match stop {
+                    Stop::TargetExited => bail!("target process {} exited before its pipeline produced an element", self.target.pid),
+                    _ => bail!("interrupted before the pipeline produced an element"),
+                }
+            }
+            let seen = self.bpf.seen_iterators()?;
+            if !seen.is_empty() && first_hit.is_none() {
+                first_hit = Some(Instant::now());
+            }
+            // A short while after the first hit every busy iterator has
+            // been called; the probe costs about a microsecond per call.
+            if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
+                drop(link);
+                let mut it: Vec<(u64, u64)> = seen;
+                it.sort_by(|a, b| b.1.cmp(&a.1));
+                return Ok(it.into_iter().map(|(p, _)| p).collect());
+            }
+            if t0.elapsed() > self.opts.discovery_timeout {
+                drop(link);
+                bail!(
+                    "no tf.data iterator of process {} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated)",
+                    self.target.pid,
+                    self.opts.discovery_timeout.as_secs_f64()
+                );
+            }
+        }
+    }
+
+    fn run_model(&self, layout: &NodeLayout, rec: &mut Recording) -> Result<()> {
+        let reader = ModelReader::new(self.mem, *layout);
+        let iter_layout = self.derived.iter.clone().unwrap_or_default();
+        let remove_link = match &self.derived.remove_node {
+            Some(p) => Some(self.bpf.attach_remove_node(&p.lib, p.file_offset)?),
+            None => {
+                warn!("Model::RemoveNode not found: counts of nodes that die between polls are lost");
+                None
+            }
+        };
+        let retired = Rc::new(RefCell::new(Vec::new()));
+        let bad = Rc::new(RefCell::new(0u64));
+        let rb = self.bpf.retired_reader(retired.clone(), bad.clone())?;
+        rec.events.push(Event::Target(target_info(self.target, "model")));
+
+        let mut roots: Vec<u64> = Vec::new();
+        // Model node -> its iterator, for the parallelism knob.
+        let mut iter_of: HashMap<u64, u64> = HashMap::new();
+        let mut invalid_nodes = 0u64;
+        let mut window_start = None;
+        let mut progress = Progress {
+            tty: std::io::stderr().is_terminal(),
+            quiet: self.opts.quiet,
+            last: Instant::now() - Duration::from_secs(10),
+            last_root: None,
+        };
+        let stop = loop {
+            if roots.is_empty() {
+                let iters = match self.discover() {
+                    Ok(i) => i,
+                    Err(e) if window_start.is_some() => {
+                        warn!("pipeline gone and not found again: {e:#}");
+                        break if STOP.load(Ordering::SeqCst) { Stop::Signal } else { Stop::TargetExited };
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut seen_roots = HashSet::new();
+                for it in iters {
+                    let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else { continue };
+                    if reader.node(node).is_err() {
+                        invalid_nodes += 1;
+                        continue;
+                    }
+                    iter_of.insert(node, it);
+                    if let Ok(r) = reader.root_of(node) {
+                        if seen_roots.insert(r) {
+                            roots.push(r);
+                        }
+                    }
+                }
+                if roots.is_empty() {
+                    bail!("found tf.data iterators but none had a valid autotune model node; retry with --mode uprobes");
+                }
+                debug!(?roots, iterators = iter_of.len(), "discovered pipelines");
+            }
+            // On Ctrl-C or at the deadline take one last poll, so the
+            // window ends where the user asked; a dead target cannot be read.
+            let stopping = self.should_stop(window_start);
+            if let Some(Stop::TargetExited) = stopping {
+                break Stop::TargetExited;
+            }
+            let (mono_ns, wall_ns) = now_ns();
+            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
+            let mut nodes = Vec::new();
+            let mut live_roots = Vec::new();
+            for &r in &roots {
+                match reader.walk(r) {
+                    Ok((mut obs, skipped)) if obs.first().is_some_and(|n| n.parent.is_none()) => {
+                        invalid_nodes += skipped;
+                        self.fill_parallelism(&mut obs, &iter_of, &iter_layout);
+                        nodes.extend(obs);
+                        live_roots.push(r);
+                    }
+                    _ => debug!(root = r, "pipeline root gone"),
+                }
+            }
+            roots = live_roots;
+            if nodes.is_empty() {
+                if let Some(stop) = stopping {
+                    break stop;
+                }
+                // Every pipeline ended (e.g. a new iterator per epoch):
+                // rediscover on the next round.
+                iter_of.clear();
+                continue;
+            }
+            bpf::drain(&rb);
+            for e in retired.borrow_mut().drain(..) {
+                rec.events.push(Event::Retired(retired_to_event(&e)));
+            }
+            let root_elems = nodes.first().map(|n| n.counters.num_elements);
+            rec.events.push(Event::Poll(Poll {
+                mono_ns,
+                wall_ns,
+                process_cpu_ns: cpu,
+                nodes,
+            }));
+            if window_start.is_none() {
+                window_start = Some(Instant::now());
+                rec.time_to_first_data = self.started.elapsed().as_secs_f64();
+            }
+            let elapsed = window_start.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
+            progress.tick(elapsed, self.opts.duration.map(|d| d.as_secs_f64()), root_elems);
+            if let Some(stop) = stopping {
+                break stop;
+            }
+            self.sleep_interval(window_start);
+        };
+        progress.done();
+        bpf::drain(&rb);
+        for e in retired.borrow_mut().drain(..) {
+            rec.events.push(Event::Retired(retired_to_event(&e)));
+        }
+        drop(remove_link);
+        let mut drops = self.bpf_drops()?;
+        drops.push(DropCount {
+            what: "invalid_model_nodes_skipped".into(),
+            count: invalid_nodes,
+        });
+        drops.push(DropCount {
+            what: "malformed_ringbuf_records".into(),
+            count: *bad.borrow(),
+        });
+        rec.events.push(Event::Drops { drops });
+        self.finish(stop, rec);
+        Ok(())
+    }
+
+    fn sleep_interval(&self, window_start: Option<Instant>) {
+        // Sleep in small steps so Ctrl-C and the end of the duration are
+        // honoured promptly, and the last poll lands on the deadline.
+        let until = Instant::now() + self.opts.interval;
+        while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+            if let (Some(d), Some(s)) = (self.opts.duration, window_start) {
+                if s.elapsed() >= d {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn fill_parallelism(
+        &self,
+        obs: &mut [NodeObservation],
+        iter_of: &HashMap<u64, u64>,
+        il: &crate::layout::IteratorLayout,
+    ) {
+        for n in obs.iter_mut() {
+            let Some(&off) = il.parallelism.get(&n.name) else { continue };
+            let Some(&it) = iter_of.get(&n.addr) else { continue };
+            // The iterator must still own this node (not freed and reused).
+            if self.mem.u64(it + il.node as u64).ok() != Some(n.addr) {
+                continue;
+            }
+            let v = self
+                .mem
+                .u64(it + off as u64)
+                .and_then(|ss| self.mem.f64(ss));
+            if let Ok(v) = v {
+                if v.is_finite() && (1.0..=65536.0).contains(&v) {
+                    n.parallelism = Some(v);
+                }
+            }
+        }
+    }
+
+    fn bpf_drops(&self) -> Result<Vec<DropCount>> {
+        Ok(self
+            .bpf
+            .drops()?
+            .into_iter()
+            .zip(DROP_NAMES)
+            .map(|(count, what)| DropCount {
+                what: what.to_string(),
+                count,
+            })
+            .collect())
+    }
+
+    fn finish(&self, stop: Stop, rec: &mut Recording) {
+        let (partial, reason) = match stop {
+            Stop::Duration => (false, "duration reached"),
+            Stop::Signal => (self.opts.duration.is_some(), "interrupted"),
+            Stop::TargetExited => (true, "target exited"),
+        };
+        rec.partial = partial;
+        rec.events.push(Event::End {
+            partial,
+            reason: reason.into(),
+        });
+    }
+
+    /// Fallback: per-call GetNext probes, per-iterator counts; structure from
+    /// the iterators' prefixes.
+    fn run_uprobes(&self, rec: &mut Recording) -> Result<()> {
+        let prefix_off = self.derived.iter.as_ref().map(|i| i.prefix);
+        let Some(prefix_off) = prefix_off else {
+            bail!("cannot derive the iterator prefix offset of this TensorFlow build; no mode can name the ops");
+        };
+        let _links = self
+            .bpf
+            .attach_getnext_counting(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
+        rec.events.push(Event::Target(target_info(self.target, "uprobes")));
+        let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
+        let mut window_start = None;
+        let mut progress = Progress {
+            tty: std::io::stderr().is_terminal(),
+            quiet: self.opts.quiet,
+            last: Instant::now() - Duration::from_secs(10),
+            last_root: None,
+        };
+        let t0 = Instant::now();
+        let stop = loop {
+            let stopping = self.should_stop(window_start);
+            if let Some(Stop::TargetExited) = stopping {
+                break Stop::TargetExited;
+            }
+            let (mono_ns, wall_ns) = now_ns();
+            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
+            let stats = self.bpf.iter_stats()?;
+            let mut by_path: BTreeMap<String, Vec<(u64, crate::bpf::IterStats)>> = BTreeMap::new();
+            for (it, s) in stats {
+                let p = prefixes
+                    .entry(it)
+                    .or_insert_with(|| {
+                        self.mem
+                            .std_string(it + prefix_off as u64, 4096)
+                            .ok()
+                            .filter(|p| p.starts_with("Iterator::"))
+                            .map(|p| stable_path(&p))
+                    })
+                    .clone();
+                if let Some(p) = p {
+                    by_path.entry(p).or_default().push((it, s));
+                }
+            }
+            if by_path.is_empty() {
+                if let Some(stop) = stopping {
+                    break stop;
+                }
+                if window_start.is_none() && t0.elapsed() > self.opts.discovery_timeout {
+                    bail!("no tf.data iterator of process {} produced an element within {:.0} s", self.target.pid, self.opts.discovery_timeout.as_secs_f64());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            let first_addr: HashMap<&str, u64> = by_path.iter().map(|(p, v)| (p.as_str(), v[0].0)).collect();
+            let mut nodes = Vec::new();
+            for (path, its) in &by_path {
+                let name = path.rsplit("::").next().unwrap_or(path).to_string();
+                let parent = path.rsplit_once("::").and_then(|(pp, _)| first_addr.get(pp).copied());
+                for (it, s) in its {
+                    nodes.push(NodeObservation {
+                        addr: *it,
+                        id: 0,
+                        name: name.clone(),
+                        path: path.clone(),
+                        parent,
+                        in_function: false,
+                        counters: NodeCounters {
+                            num_elements: s.elements as i64,
+                            processing_time_ns: s.self_ns as i64,
+                            ..Default::default()
+                        },
+                        parallelism: None,
+                    });
+                }
+            }
+            // Root first, as the model walk does.
+            nodes.sort_by_key(|n| n.path.matches("::").count());
+            let root_elems = nodes.first().map(|n| n.counters.num_elements);
+            rec.events.push(Event::Poll(Poll {
+                mono_ns,
+                wall_ns,
+                process_cpu_ns: cpu,
+                nodes,
+            }));
+            if window_start.is_none() {
+                window_start = Some(Instant::now());
+                rec.time_to_first_data = self.started.elapsed().as_secs_f64();
+            }
+            let elapsed = window_start.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
+            progress.tick(elapsed, self.opts.duration.map(|d| d.as_secs_f64()), root_elems);
+            if let Some(stop) = stopping {
+                break stop;
+            }
+            self.sleep_interval(window_start);
+        };
+        progress.done();
+        rec.events.push(Event::Drops { drops: self.bpf_drops()? });
+        self.finish(stop, rec);
+        Ok(())
+    }
+}
+
+/// Where outputs go.
+pub fn default_output(pid: i32) -> PathBuf {
+    PathBuf::from(format!("plumber-{pid}"))
+}

@@ -1,0 +1,198 @@
+//! The target process: does it exist, may we look at it, where are its
+//! TensorFlow libraries (as files we can open, through `/proc/PID/root`, so
+//! a target in a container resolves its own libraries), and where are they
+//! mapped.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum TargetError {
+    #[error("no process with PID {0} (check the PID; inside a container use the PID as the host sees it)")]
+    NoSuchProcess(i32),
+    #[error("cannot read /proc/{pid}/{what}: {source} (run as root: sudo plumber-probe ..., or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE)")]
+    Permission {
+        pid: i32,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("reading /proc/{pid}/{what}: {source}")]
+    Io {
+        pid: i32,
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map); attach to the Python process that runs the tf.data pipeline")]
+    NoTensorFlow { pid: i32, comm: String, lib: &'static str },
+}
+
+/// One mapped shared library of the target.
+#[derive(Debug, Clone)]
+pub struct Library {
+    /// Path as the target sees it (inside its mount namespace).
+    pub path: String,
+    /// Path we can open (through /proc/PID/root).
+    pub host_path: PathBuf,
+    /// Load bias: runtime address = ELF vaddr + bias (start of the mapping
+    /// with file offset 0).
+    pub bias: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub pid: i32,
+    pub comm: String,
+    pub framework: Library,
+    pub cc: Option<Library>,
+    pub tensorflow_version: String,
+}
+
+pub const FRAMEWORK_LIB: &str = "libtensorflow_framework.so.2";
+pub const CC_LIB: &str = "libtensorflow_cc.so.2";
+
+fn io_err(pid: i32, what: &'static str, e: std::io::Error) -> TargetError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => TargetError::NoSuchProcess(pid),
+        std::io::ErrorKind::PermissionDenied => TargetError::Permission { pid, what, source: e },
+        _ => TargetError::Io { pid, what, source: e },
+    }
+}
+
+/// True if the process still exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => stat_state(&s).is_some_and(|c| c != 'Z' && c != 'X'),
+        Err(_) => false,
+    }
+}
+
+fn stat_state(stat: &str) -> Option<char> {
+    // comm may contain spaces and parentheses: the state follows the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.trim_start().chars().next()
+}
+
+/// utime + stime of the whole process, in ns.
+pub fn process_cpu_ns(pid: i32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields after comm start at "state" (field 3); utime is field 14.
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    Some((utime + stime) * 1_000_000_000 / hz)
+}
+
+impl Target {
+    pub fn open(pid: i32) -> Result<Target, TargetError> {
+        if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_err(|e| io_err(pid, "comm", e))?
+            .trim()
+            .to_string();
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_err(pid, "maps", e))?;
+        // Reading maps works for any user on their own processes; opening
+        // files through /proc/PID/root needs ptrace access, so check it now
+        // to give the permission hint before doing any work.
+        fs::read_link(format!("/proc/{pid}/root")).map_err(|e| io_err(pid, "root", e))?;
+        let framework = find_library(pid, &maps, FRAMEWORK_LIB).ok_or(TargetError::NoTensorFlow {
+            pid,
+            comm: comm.clone(),
+            lib: FRAMEWORK_LIB,
+        })?;
+        let cc = find_library(pid, &maps, CC_LIB);
+        let tensorflow_version = tensorflow_version(&framework.host_path).unwrap_or_default();
+        Ok(Target {
+            pid,
+            comm,
+            framework,
+            cc,
+            tensorflow_version,
+        })
+    }
+
+    pub fn libraries(&self) -> Vec<String> {
+        let mut v = vec![self.framework.path.clone()];
+        if let Some(cc) = &self.cc {
+            v.push(cc.path.clone());
+        }
+        v
+    }
+}
+
+fn find_library(pid: i32, maps: &str, name: &str) -> Option<Library> {
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let range = it.next()?;
+        let _perms = it.next()?;
+        let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+        let _dev = it.next();
+        let _inode = it.next();
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        let file = path.rsplit('/').next().unwrap_or("");
+        if file != name || offset != 0 {
+            continue;
+        }
+        let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+        let host_path = PathBuf::from(format!("/proc/{pid}/root{path}"));
+        return Some(Library {
+            path,
+            host_path,
+            bias: start,
+        });
+    }
+    None
+}
+
+/// TensorFlow's version from the wheel's dist-info beside the package
+/// (`site-packages/tensorflow_cpu-2.21.0.dist-info`), since the version
+/// string inside the library is not exported in a stable place.
+fn tensorflow_version(framework: &Path) -> Option<String> {
+    let site = framework.parent()?.parent()?;
+    let mut found = None;
+    for entry in fs::read_dir(site).ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        for prefix in ["tensorflow_cpu-", "tensorflow-", "tensorflow_gpu-", "tf_nightly-"] {
+            if let Some(rest) = name.strip_prefix(prefix) {
+                if let Some(ver) = rest.strip_suffix(".dist-info") {
+                    found = Some(ver.to_string());
+                }
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_state_handles_odd_comm() {
+        assert_eq!(stat_state("12 (a) b) S 1 2"), Some('S'));
+        assert_eq!(stat_state("12 (x) Z 1"), Some('Z'));
+    }
+
+    #[test]
+    fn finds_library_at_offset_zero() {
+        let maps = "7f0000000000-7f0000001000 r--p 00000000 08:01 12 /x/libtensorflow_framework.so.2\n\
+                    7f0000001000-7f0000002000 r-xp 00001000 08:01 12 /x/libtensorflow_framework.so.2\n";
+        let lib = find_library(1, maps, FRAMEWORK_LIB).expect("found");
+        assert_eq!(lib.bias, 0x7f0000000000);
+        assert_eq!(lib.path, "/x/libtensorflow_framework.so.2");
+    }
+
+    #[test]
+    fn self_is_alive_and_has_cpu() {
+        let me = std::process::id() as i32;
+        assert!(alive(me));
+        assert!(process_cpu_ns(me).is_some());
+    }
+}
