@@ -191,8 +191,8 @@ fn retired_to_event(e: &RetiredEvent) -> NodeRetired {
 
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
-    let target = Target::open(opts.pid)?;
     check_privileges()?;
+    let target = Target::open(opts.pid)?;
     install_signal_handlers()?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
     let (derived, cache_hit) = attach::derive(&target)?;

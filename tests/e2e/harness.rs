@@ -1,0 +1,235 @@
+//! Shared machinery of the end-to-end tests: real TensorFlow workloads from
+//! tests/workloads (run in the project's virtualenv), the real probe binary,
+//! and the workloads' own ground truth.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use plumber_collector::proto::PipelineSnapshot;
+use prost::Message;
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn probe_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_plumber-probe"))
+}
+
+pub fn python() -> PathBuf {
+    let p = repo().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/setup.sh (it installs the pinned tensorflow-cpu)",
+        p.display()
+    );
+    p
+}
+
+/// These tests attach BPF programs and read another process's memory.
+pub fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "end-to-end tests need root (BPF, process_vm_readv): run them with sudo, as CI does"
+    );
+}
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("plumber-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// A running workload; killed when dropped.
+pub struct Workload {
+    pub child: Child,
+    pub pid: i32,
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Workload {
+    pub fn start(script: &str, args: &[&str]) -> Workload {
+        require_root();
+        let mut child = Command::new(python())
+            .arg(repo().join("tests/workloads").join(script))
+            .args(args)
+            .env("TF_CPP_MIN_LOG_LEVEL", "2")
+            .env("PYTHONUNBUFFERED", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start workload");
+        let pid = child.id() as i32;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = child.stdout.take().expect("stdout");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().expect("lock").push(l);
+            }
+        });
+        let w = Workload { child, pid, lines };
+        let t0 = Instant::now();
+        while !w.snapshot_lines().iter().any(|l| l.starts_with("READY")) {
+            assert!(t0.elapsed() < Duration::from_secs(240), "{script} did not become READY");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        w
+    }
+
+    pub fn snapshot_lines(&self) -> Vec<String> {
+        self.lines.lock().expect("lock").clone()
+    }
+
+    /// Interpolated cumulative `key` (root or elems) at a Unix-ns instant.
+    pub fn gt_at(&self, t_ns: i64, key: &str) -> f64 {
+        let pts: Vec<(i64, f64)> = self
+            .snapshot_lines()
+            .iter()
+            .filter(|l| l.starts_with("GT "))
+            .filter_map(|l| {
+                let mut ts = None;
+                let mut v = None;
+                for kv in l.split_whitespace().skip(1) {
+                    let (k, val) = kv.split_once('=')?;
+                    if k == "wall_ns" {
+                        ts = val.parse::<i64>().ok();
+                    } else if k == key {
+                        v = val.parse::<f64>().ok();
+                    }
+                }
+                Some((ts?, v?))
+            })
+            .collect();
+        assert!(pts.len() >= 2, "too few GT lines");
+        assert!(
+            pts[0].0 <= t_ns && t_ns <= pts[pts.len() - 1].0,
+            "instant {t_ns} outside the workload's ground truth [{}, {}]",
+            pts[0].0,
+            pts[pts.len() - 1].0
+        );
+        let i = pts.partition_point(|p| p.0 <= t_ns).max(1).min(pts.len() - 1);
+        let (t0, v0) = pts[i - 1];
+        let (t1, v1) = pts[i];
+        if t1 == t0 {
+            return v1;
+        }
+        v0 + (v1 - v0) * (t_ns - t0) as f64 / (t1 - t0) as f64
+    }
+
+    /// Waits until the workload's ground truth covers `t_ns`.
+    pub fn wait_gt_past(&self, t_ns: i64) {
+        let t0 = Instant::now();
+        loop {
+            let last = self
+                .snapshot_lines()
+                .iter()
+                .rev()
+                .find(|l| l.starts_with("GT "))
+                .and_then(|l| l.split_whitespace().nth(1)?.strip_prefix("wall_ns=")?.parse::<i64>().ok());
+            if last.is_some_and(|t| t >= t_ns) || t0.elapsed() > Duration::from_secs(10) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn run_probe(args: &[&str]) -> Output {
+    Command::new(probe_bin())
+        .args(args)
+        .env("PLUMBER_PROBE_CACHE", std::env::temp_dir().join("plumber-e2e-cache"))
+        .output()
+        .expect("run plumber-probe")
+}
+
+pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> PipelineSnapshot {
+    let pid = w.pid.to_string();
+    let dur = seconds.to_string();
+    let mut args = vec!["--pid", &pid, "--duration", &dur, "--output", out.to_str().expect("utf8"), "-q"];
+    args.extend_from_slice(extra);
+    let o = run_probe(&args);
+    assert!(
+        o.status.success(),
+        "plumber-probe failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    read_snapshot(&out.join("stats.pb"))
+}
+
+pub fn read_snapshot(p: &Path) -> PipelineSnapshot {
+    let b = std::fs::read(p).expect("stats.pb written");
+    PipelineSnapshot::decode(b.as_slice()).expect("stats.pb decodes")
+}
+
+/// (name, op, inputs) of every node, main graph and function library.
+pub struct Graph {
+    pub nodes: Vec<(String, String, Vec<String>, bool)>,
+}
+
+impl Graph {
+    pub fn of(s: &PipelineSnapshot) -> Graph {
+        let g = s.graph.as_ref().expect("graph");
+        let mut nodes: Vec<(String, String, Vec<String>, bool)> =
+            g.node.iter().map(|n| (n.name.clone(), n.op.clone(), n.input.clone(), false)).collect();
+        if let Some(lib) = &g.library {
+            for f in &lib.function {
+                for n in &f.node_def {
+                    nodes.push((n.name.clone(), n.op.clone(), n.input.clone(), true));
+                }
+            }
+        }
+        Graph { nodes }
+    }
+
+    pub fn by_op(&self, op: &str) -> Vec<&(String, String, Vec<String>, bool)> {
+        self.nodes.iter().filter(|n| n.1 == op).collect()
+    }
+
+    /// The op of the node named `name`.
+    pub fn op_of(&self, name: &str) -> Option<&str> {
+        self.nodes.iter().find(|n| n.0 == name).map(|n| n.1.as_str())
+    }
+
+    /// Main-graph chain from `dataset` down through first inputs, as ops.
+    pub fn chain(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = "dataset".to_string();
+        for _ in 0..64 {
+            let Some(n) = self.nodes.iter().find(|n| n.0 == cur && !n.3) else { break };
+            if n.0 != "dataset" {
+                out.push(n.1.clone());
+            }
+            match n.2.first() {
+                Some(i) => cur = i.clone(),
+                None => break,
+            }
+        }
+        out
+    }
+}
+
+pub fn stat<'a>(
+    s: &'a PipelineSnapshot,
+    name: &str,
+) -> &'a plumber_collector::proto::pipeline_snapshot::OpStats {
+    s.stats.iter().find(|o| o.name == name).expect("stats for node")
+}
+
+/// Asserts |a-b|/b <= tol.
+pub fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
+    let rel = (got - want).abs() / want.abs().max(1e-9);
+    assert!(rel <= tol, "{what}: got {got:.1}, workload counted {want:.1} ({:.2}% off, limit {:.1}%)", rel * 100.0, tol * 100.0);
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests: real `tensorflow-cpu` workloads, the real probe attached
+//! by PID, compared with what the workloads count themselves.
+//!
+//! They need root and the virtualenv from scripts/setup.sh; they fail (not
+//! skip) without them, so CI cannot go green without running them.
+
+mod faults;
+mod formats;
+mod harness;
+mod pipelines;

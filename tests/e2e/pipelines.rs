@@ -1,0 +1,195 @@
+//! Every test workload: tree, per-op counts over the window, parallelism.
+
+use crate::harness::*;
+
+/// What a workload's reconstructed pipeline must look like.
+struct Expect {
+    script: &'static str,
+    args: &'static [&'static str],
+    /// Ops from the top op down through first inputs.
+    chain: &'static [&'static str],
+    /// (owner op, op) pairs of datasets built inside functions.
+    functions: &'static [(&'static str, &'static str)],
+    /// (op, ground-truth key): op's elements over the window vs the
+    /// workload's own count (`root` = elements the loop consumed, `elems` =
+    /// elements before batching).
+    counts: &'static [(&'static str, &'static str)],
+    /// (op, parallelism TensorFlow uses).
+    parallelism: &'static [(&'static str, f64)],
+}
+
+fn check(e: &Expect) {
+    let w = Workload::start(e.script, e.args);
+    let out = tempdir(e.script.trim_end_matches(".py"));
+    let s = record(&w, 8.0, &out, &[]);
+    let g = Graph::of(&s);
+    assert_eq!(g.chain(), e.chain, "{}: op chain", e.script);
+    for (owner, op) in e.functions {
+        let owners = g.by_op(owner);
+        assert!(!owners.is_empty(), "{}: no {owner}", e.script);
+        assert!(
+            g.nodes.iter().any(|n| n.1 == *op && n.3),
+            "{}: no {op} inside a function of {owner}",
+            e.script
+        );
+    }
+    let info = s.snapshot_info.as_ref().expect("snapshot_info");
+    let (t0, t1) = (info.start_time, info.current_time);
+    assert!(t1 > t0, "window");
+    w.wait_gt_past(t1);
+    for (op, key) in e.counts {
+        let want = w.gt_at(t1, key) - w.gt_at(t0, key);
+        let nodes = g.by_op(op);
+        assert!(!nodes.is_empty(), "{}: no {op} node", e.script);
+        let got: i64 = nodes.iter().map(|n| stat(&s, &n.0).aggregate_elements_produced).sum();
+        assert_eq!(got, nodes.iter().map(|n| stat(&s, &n.0).elements_produced).sum::<i64>());
+        assert_close(&format!("{} {op} elements", e.script), got as f64, want, 0.01);
+    }
+    for (op, p) in e.parallelism {
+        let n = g.by_op(op);
+        let st = stat(&s, &n[0].0);
+        assert_eq!(st.probe_parallelism, *p, "{}: {op} parallelism", e.script);
+        assert_eq!(st.parallelism, *p as i64);
+    }
+    let probe = s.probe_info.as_ref().expect("probe_info");
+    assert_eq!(probe.mode, "model");
+    assert!(!probe.partial);
+    let _ = std::fs::remove_dir_all(out);
+}
+
+#[test]
+fn tfrecord_image() {
+    check(&Expect {
+        script: "tfrecord_image.py",
+        args: &["--seconds", "90"],
+        chain: &[
+            "PrefetchDataset",
+            "BatchDatasetV2",
+            "ParallelMapDatasetV2",
+            "RepeatDataset",
+            "FlatMapDataset",
+            "TensorSliceDataset",
+        ],
+        functions: &[("FlatMapDataset", "TFRecordDataset")],
+        counts: &[
+            ("PrefetchDataset", "root"),
+            ("BatchDatasetV2", "root"),
+            ("ParallelMapDatasetV2", "elems"),
+            ("TFRecordDataset", "elems"),
+        ],
+        parallelism: &[],
+    });
+}
+
+#[test]
+fn interleave() {
+    check(&Expect {
+        script: "interleave.py",
+        args: &["--seconds", "90"],
+        chain: &[
+            "PrefetchDataset",
+            "BatchDatasetV2",
+            "MapDataset",
+            "RepeatDataset",
+            "ParallelInterleaveDatasetV4",
+            "TensorSliceDataset",
+        ],
+        functions: &[("ParallelInterleaveDatasetV4", "FlatMapDataset"), ("FlatMapDataset", "TFRecordDataset")],
+        counts: &[
+            ("PrefetchDataset", "root"),
+            ("BatchDatasetV2", "root"),
+            ("MapDataset", "elems"),
+            ("ParallelInterleaveDatasetV4", "elems"),
+            ("TFRecordDataset", "elems"),
+        ],
+        parallelism: &[("MapDataset", 1.0)],
+    });
+}
+
+#[test]
+fn sequential_map() {
+    check(&Expect {
+        script: "sequential_map.py",
+        args: &["--seconds", "90"],
+        chain: &["PrefetchDataset", "BatchDatasetV2", "MapDataset", "RepeatDataset", "RangeDataset"],
+        functions: &[],
+        counts: &[
+            ("PrefetchDataset", "root"),
+            ("BatchDatasetV2", "root"),
+            ("MapDataset", "elems"),
+            ("RangeDataset", "elems"),
+        ],
+        parallelism: &[("MapDataset", 1.0)],
+    });
+}
+
+#[test]
+fn padded_batch_repeat() {
+    check(&Expect {
+        script: "padded_batch.py",
+        args: &["--seconds", "90"],
+        chain: &[
+            "PrefetchDataset",
+            "RepeatDataset",
+            "PaddedBatchDatasetV2",
+            "MapDataset",
+            "RangeDataset",
+        ],
+        functions: &[],
+        counts: &[
+            ("PrefetchDataset", "root"),
+            ("RepeatDataset", "root"),
+            ("PaddedBatchDatasetV2", "root"),
+            ("MapDataset", "elems"),
+            ("RangeDataset", "elems"),
+        ],
+        parallelism: &[],
+    });
+}
+
+#[test]
+fn py_function_map() {
+    check(&Expect {
+        script: "py_function.py",
+        args: &["--seconds", "90"],
+        chain: &[
+            "PrefetchDataset",
+            "RepeatDataset",
+            "PrefetchDataset",
+            "BatchDatasetV2",
+            "ParallelMapDatasetV2",
+            "RangeDataset",
+        ],
+        functions: &[],
+        counts: &[
+            ("RepeatDataset", "root"),
+            ("BatchDatasetV2", "root"),
+            ("ParallelMapDatasetV2", "elems"),
+            ("RangeDataset", "elems"),
+        ],
+        // num_parallel_calls=2 in the workload: the value TensorFlow uses.
+        parallelism: &[("ParallelMapDatasetV2", 2.0)],
+    });
+}
+
+#[test]
+fn demo_parallelism_is_what_the_code_says() {
+    check(&Expect {
+        script: "demo.py",
+        args: &["--seconds", "90"],
+        chain: &[
+            "BatchDatasetV2",
+            "ParallelMapDatasetV2",
+            "RepeatDataset",
+            "FlatMapDataset",
+            "TensorSliceDataset",
+        ],
+        functions: &[("FlatMapDataset", "TFRecordDataset")],
+        counts: &[
+            ("BatchDatasetV2", "root"),
+            ("ParallelMapDatasetV2", "elems"),
+            ("TFRecordDataset", "elems"),
+        ],
+        parallelism: &[("ParallelMapDatasetV2", 1.0)],
+    });
+}

@@ -1,0 +1,197 @@
+"""Shared code for the tf.data test workloads.
+
+Every workload module defines
+
+    NAME = "<pipeline name>"          # printed in the READY line
+    BATCHED = True/False              # root elements are batches (elems = sum of batch sizes)
+    def add_args(parser): ...         # optional: workload-specific options
+    def build(args) -> tf.data.Dataset
+
+and ends with `sys.exit(common.main(sys.modules[__name__]))`.
+
+Ground-truth protocol on stdout (one line each, flushed):
+
+    READY pid=<pid> pipeline=<name>                 once, after the first root element
+    GT wall_ns=<time.time_ns()> root=<n> elems=<m>  right after READY, then every --gt-interval s
+    DONE root=<n>                                   last line, after a final GT line
+
+root is the number of elements the Python loop took from the iterator (cumulative);
+elems is the number of dataset elements before batching (the sum of the leading
+dimension of every root element for batched pipelines, = root otherwise).
+wall_ns is taken right after the element counted in root was returned.
+--seconds counts from READY. SIGTERM/SIGINT end the loop early (still DONE, exit 0).
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_DATA = os.path.join(REPO, "tests", "data")
+
+IMAGE_SIZE = 224
+
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+
+def make_parser(module):
+    name = getattr(module, "NAME", "workload")
+    doc = (getattr(module, "__doc__", None) or name).strip().splitlines()[0]
+    p = argparse.ArgumentParser(prog=f"{name}.py", description=doc)
+    p.add_argument("--data", default=DEFAULT_DATA,
+                   help="directory with train-*-of-*.tfrecord shards; generated there if none "
+                        "(default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="how long to consume after READY (default: %(default)s)")
+    p.add_argument("--gt-interval", type=float, default=0.1,
+                   help="seconds between GT lines (default: %(default)s)")
+    p.add_argument("--hold", type=float, default=0.0,
+                   help="after DONE, keep the process (and its iterator) alive this many seconds")
+    add = getattr(module, "add_args", None)
+    if add is not None:
+        add(p)
+    return p
+
+
+def parse_args(module, argv=None):
+    return make_parser(module).parse_args(argv)
+
+
+def options(inject_prefetch=True):
+    """Default tf.data options (autotune on) with two graph rewrites turned off.
+
+    * map_and_batch_fusion: otherwise map+batch become one MapAndBatch node.
+    * map_parallelization: otherwise TF 2.21 rewrites every stateless map written
+      without num_parallel_calls into ParallelMapV2 (autotuned), so no workload
+      would have a sequential `Map` node.
+    inject_prefetch stays at TF's default (on: a Prefetch(AUTOTUNE) is added on top
+    of pipelines that do not end with one) unless inject_prefetch=False (demo.py).
+    """
+    import tensorflow as tf
+
+    opts = tf.data.Options()
+    opts.experimental_optimization.map_and_batch_fusion = False
+    opts.experimental_optimization.map_parallelization = False
+    if not inject_prefetch:
+        opts.experimental_optimization.inject_prefetch = False
+    return opts
+
+
+def data_files(args):
+    """Shard list under args.data, generating the default data set if there is none."""
+    import gen_data
+
+    files = gen_data.shard_files(args.data)
+    if not files:
+        files = gen_data.generate(args.data, files=4, records=128)
+    if not files:
+        raise SystemExit(f"no shards in {args.data}")
+    return files
+
+
+FEATURES = None
+
+
+def parse_example(serialized):
+    """tf.train.Example -> (JPEG bytes, label)."""
+    import tensorflow as tf
+
+    global FEATURES
+    if FEATURES is None:
+        FEATURES = {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+        }
+    ex = tf.io.parse_single_example(serialized, FEATURES)
+    return ex["image/encoded"], ex["label"]
+
+
+def parse_image(serialized):
+    """parse_single_example + decode_jpeg + resize 224 + cast/normalize."""
+    import tensorflow as tf
+
+    jpeg, label = parse_example(serialized)
+    img = tf.io.decode_jpeg(jpeg, channels=3)
+    img = tf.image.resize(img, [IMAGE_SIZE, IMAGE_SIZE])  # float32, bilinear
+    img = tf.cast(img, tf.float32) / 127.5 - 1.0
+    return img, label
+
+
+def _emit(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _leading_dim(element):
+    import tensorflow as tf
+
+    first = tf.nest.flatten(element)[0]
+    return int(first.shape[0])
+
+
+def run(module, args):
+    name = module.NAME
+    batched = getattr(module, "BATCHED", True)
+    ds = module.build(args)
+
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    it = iter(ds)
+    count = _leading_dim if batched else (lambda _x: 1)
+
+    x = next(it)
+    root = 1
+    elems = count(x)
+    now = time.time_ns()
+    interval = max(int(args.gt_interval * 1e9), 1)
+    deadline = now + int(args.seconds * 1e9)
+    _emit(f"READY pid={os.getpid()} pipeline={name}")
+    _emit(f"GT wall_ns={now} root={root} elems={elems}")
+    last = (root, now)
+    next_gt = now + interval
+
+    while now < deadline and not stop["flag"]:
+        try:
+            x = next(it)
+        except StopIteration:
+            break
+        root += 1
+        elems += count(x)
+        now = time.time_ns()
+        if now >= next_gt:
+            _emit(f"GT wall_ns={now} root={root} elems={elems}")
+            last = (root, now)
+            next_gt += interval
+            if next_gt <= now:  # fell behind (stall): restart the grid
+                next_gt = now + interval
+    if last[0] != root:
+        _emit(f"GT wall_ns={now} root={root} elems={elems}")
+    _emit(f"DONE root={root}")
+
+    if args.hold > 0:
+        end = time.time() + args.hold
+        while not stop["flag"] and time.time() < end:
+            time.sleep(min(0.1, max(0.0, end - time.time())))
+    return 0
+
+
+def main(module, argv=None):
+    args = parse_args(module, argv)
+    rc = run(module, args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: tf.data background threads (py_function in
+    # particular) can make a normal exit slow or hang.
+    os._exit(rc)
