@@ -18,7 +18,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---------------------------------------------------------------- apt packages
-APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc)
+# bpftool: the kill -9 test lists loaded BPF programs; util-linux: setpriv
+# for the not-root test.
+APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux)
 
 pkg_installed() {
     # dpkg -s exits 0 for removed-but-configured packages too; check the status line.

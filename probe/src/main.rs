@@ -44,6 +44,14 @@ enum Command {
     Record(RecordArgs),
     /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
     Analyze(output::AnalyzeArgs),
+    /// Show what plumber-probe derives from a process's TensorFlow build
+    /// (libraries, version, object layout, probe points) as JSON, without
+    /// attaching anything.
+    Inspect {
+        /// PID of a process that has TensorFlow loaded.
+        #[arg(short, long)]
+        pid: i32,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -93,6 +101,7 @@ fn main() -> ExitCode {
     let result = match (cli.command, cli.record) {
         (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
+        (Some(Command::Inspect { pid }), _) => run_inspect(pid),
         (None, None) => {
             eprintln!("plumber-probe: nothing to do; try `sudo plumber-probe --pid PID` or `plumber-probe --help`");
             return ExitCode::from(2);
@@ -126,4 +135,19 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
     output::prepare_dir(&out)?;
     let rec = record::record(&opts)?;
     output::write_recording(&out, &rec, r.save_events)
+}
+
+fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {
+    let target = target::Target::open(pid)?;
+    let (derived, cache_hit) = attach::derive(&target)?;
+    let v = serde_json::json!({
+        "pid": pid,
+        "tensorflow_version": target.tensorflow_version,
+        "libraries": target.libraries(),
+        "layout_cache_hit": cache_hit,
+        "model_readable": derived.node.is_some(),
+        "derived": derived,
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,7 @@
 //! the target's exit, then hand every observation to the collector.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
@@ -271,8 +271,8 @@ impl Ctx<'_, '_> {
     }
 
     /// Attaches the GetNext probe until the pipeline runs, then detaches it.
-    /// Returns the iterator pointers seen.
-    fn discover(&self) -> Result<Vec<u64>> {
+    /// Returns the iterator pointers seen, with their GetNext call counts.
+    fn discover(&self) -> Result<Vec<(u64, u64)>> {
         let link = self
             .bpf
             .attach_discovery(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
@@ -296,9 +296,7 @@ impl Ctx<'_, '_> {
             // been called; the probe costs about a microsecond per call.
             if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
                 drop(link);
-                let mut it: Vec<(u64, u64)> = seen;
-                it.sort_by(|a, b| b.1.cmp(&a.1));
-                return Ok(it.into_iter().map(|(p, _)| p).collect());
+                return Ok(seen);
             }
             if t0.elapsed() > self.opts.discovery_timeout {
                 drop(link);
@@ -347,8 +345,11 @@ impl Ctx<'_, '_> {
                     }
                     Err(e) => return Err(e),
                 };
-                let mut seen_roots = HashSet::new();
-                for it in iters {
+                // GetNext calls per pipeline root: several pipelines can
+                // run in one process (training and validation); the one
+                // called most is the one the job waits on.
+                let mut calls: HashMap<u64, u64> = HashMap::new();
+                for (it, hits) in iters {
                     let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else { continue };
                     if reader.node(node).is_err() {
                         invalid_nodes += 1;
@@ -356,14 +357,16 @@ impl Ctx<'_, '_> {
                     }
                     iter_of.insert(node, it);
                     if let Ok(r) = reader.root_of(node) {
-                        if seen_roots.insert(r) {
-                            roots.push(r);
-                        }
+                        *calls.entry(r).or_default() += hits;
                     }
                 }
-                if roots.is_empty() {
+                let Some((&busiest, _)) = calls.iter().max_by_key(|(r, c)| (**c, **r)) else {
                     bail!("found tf.data iterators but none had a valid autotune model node; retry with --mode uprobes");
+                };
+                if calls.len() > 1 {
+                    info!(pipelines = calls.len(), "several pipelines run in the target; recording the busiest");
                 }
+                roots.push(busiest);
                 debug!(?roots, iterators = iter_of.len(), "discovered pipelines");
             }
             // On Ctrl-C or at the deadline take one last poll, so the

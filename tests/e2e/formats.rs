@@ -60,3 +60,45 @@ fn uprobe_fallback_mode() {
     let report = std::fs::read_to_string(out.join("report.json")).expect("report.json");
     assert!(report.contains("\"mode\": \"uprobes\""));
 }
+
+/// The offsets derived from the pinned wheel's machine code (cold, no
+/// cache) are the ones found by hand in the feasibility spike
+/// (../shared/reference/tf-internals.md §2), and a second run hits the cache.
+#[test]
+fn layout_derived_from_the_pinned_wheel() {
+    let w = Workload::start("sequential_map.py", &["--seconds", "60"]);
+    let cache = tempdir("layout-cache");
+    let inspect = || {
+        let o = Command::new(probe_bin())
+            .args(["inspect", "--pid", &w.pid.to_string()])
+            .env("PLUMBER_PROBE_CACHE", &cache)
+            .output()
+            .expect("inspect");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json")
+    };
+    let v = inspect();
+    assert_eq!(v["tensorflow_version"], "2.21.0");
+    assert_eq!(v["layout_cache_hit"], false);
+    let n = &v["derived"]["node"];
+    let want = [
+        ("id", 0x10),
+        ("name", 0x18),
+        ("buffered_bytes", 0x40),
+        ("buffered_elements", 0x50),
+        ("bytes_consumed", 0x68),
+        ("bytes_produced", 0x70),
+        ("num_elements", 0x78),
+        ("processing_time", 0x80),
+        ("inputs", 0x100),
+        ("output", 0x118),
+    ];
+    for (field, off) in want {
+        assert_eq!(n[field], off, "model::Node::{field}");
+    }
+    let it = &v["derived"]["iter"];
+    assert_eq!(it["node"], 0x8);
+    assert_eq!(it["prefix"], 0x70);
+    assert_eq!(it["parallelism"]["ParallelMapV2"], 0xb8);
+    assert_eq!(inspect()["layout_cache_hit"], true);
+}

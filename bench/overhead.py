@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""Throughput cost of plumber-probe on a running tf.data workload.
+
+    sudo python3 bench/overhead.py [--probe target/release/plumber-probe]
+        [--workload tfrecord_image] [--window 10] [--pairs 4] [--mode model|uprobes]
+
+Starts one workload (tests/workloads/<name>.py), waits for READY and a warm-up,
+then measures alternating windows of the same length in ONE run:
+
+  OFF  nothing attached: the window is [t, t + W] on the wall clock;
+  ON   plumber-probe --duration W attached: the window is the probe's own
+       recording window, report.json `window.start_ns`..`window.end_ns` (Unix
+       ns, first poll to last poll), so the probe's start-up (symbol lookups,
+       layout derivation, discovery uprobe) and its post-processing (writing
+       stats.pb) are NOT counted.
+
+Windows come in pairs, ordered ABBA (OFF ON | ON OFF | OFF ON | ...) to cancel
+linear drift. The target's throughput in a window is the workload's own
+ground truth: the cumulative `elems` of its GT lines (every 0.1 s), linearly
+interpolated at both ends, divided by the window length.
+
+Reports each window, the ratio mean(ON)/mean(OFF), each pair's ON/OFF ratio,
+the same ratio for elements per CPU-second of the target (much less sensitive
+to other processes on a shared machine; it includes costs paid inside the
+target such as uprobe handlers, but not the probe's own CPU), and the probe's CPU use as % of one core (whole run from the rusage of the
+reaped child, and during the recording window from /proc/<pid>/stat samples).
+Standard library only. Needs root (the probe does).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def die(msg):
+    print(f"overhead.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+# ---------------------------------------------------------------- workload --
+
+class Workload:
+    """The workload process and its GT lines, read by a background thread."""
+
+    def __init__(self, python, name, seconds, logdir, extra):
+        script = os.path.join(REPO, "tests", "workloads", f"{name}.py")
+        if not os.path.isfile(script):
+            die(f"no workload {script}")
+        self.stderr_path = os.path.join(logdir, "workload.stderr")
+        self.stdout_path = os.path.join(logdir, "workload.stdout")
+        self._err = open(self.stderr_path, "wb")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        self.proc = subprocess.Popen(
+            [python, script, "--seconds", str(seconds)] + extra,
+            stdout=subprocess.PIPE, stderr=self._err, env=env, cwd=REPO,
+            text=True, bufsize=1)
+        self.pid = None
+        self.ts = []      # GT wall_ns
+        self.elems = []   # GT cumulative elems
+        self.ready = threading.Event()
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self._out = open(self.stdout_path, "w")
+        threading.Thread(target=self._reader, daemon=True).start()
+
+    def _reader(self):
+        for line in self.proc.stdout:
+            self._out.write(line)
+            if line.startswith("READY"):
+                for tok in line.split():
+                    if tok.startswith("pid="):
+                        self.pid = int(tok[4:])
+                self.ready.set()
+            elif line.startswith("GT "):
+                f = dict(tok.split("=", 1) for tok in line.split()[1:] if "=" in tok)
+                with self.lock:
+                    t = int(f["wall_ns"])
+                    if not self.ts or t > self.ts[-1]:
+                        self.ts.append(t)
+                        self.elems.append(int(f["elems"]))
+        self._out.flush()
+        self.done.set()
+
+    def last_ns(self):
+        with self.lock:
+            return self.ts[-1] if self.ts else 0
+
+    def wait_covered(self, t_ns, timeout=10.0):
+        end = time.time() + timeout
+        while self.last_ns() < t_ns:
+            if self.done.is_set() or time.time() > end:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def value_at(self, t_ns):
+        import bisect
+        with self.lock:
+            ts, vs = self.ts, self.elems
+            if not ts or t_ns < ts[0] or t_ns > ts[-1]:
+                raise ValueError(f"instant {t_ns} not covered by GT lines")
+            i = bisect.bisect_left(ts, t_ns)
+            if ts[i] == t_ns:
+                return float(vs[i])
+            t0, t1, v0, v1 = ts[i - 1], ts[i], vs[i - 1], vs[i]
+            return v0 + (v1 - v0) * (t_ns - t0) / (t1 - t0)
+
+    def rate(self, start_ns, end_ns):
+        """elems/s between two Unix-ns instants (waits for GT coverage)."""
+        if not self.wait_covered(end_ns):
+            raise ValueError("workload stopped printing GT lines before the window ended")
+        n = self.value_at(end_ns) - self.value_at(start_ns)
+        return n * 1e9 / (end_ns - start_ns)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._err.close()
+
+
+# ----------------------------------------------------------------- sampler --
+
+def proc_cpu_ticks(pid):
+    """utime+stime (clock ticks) of a whole process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    rest = s[s.rindex(")") + 2:].split()
+    # fields after ")" start at field 3 (state); utime=14, stime=15
+    return int(rest[11]) + int(rest[12])
+
+
+def system_busy_ticks():
+    with open("/proc/stat") as f:
+        parts = f.readline().split()[1:]
+    v = [int(x) for x in parts]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v[:8]) - idle
+
+
+class Sampler:
+    """Samples (wall_ns, target ticks, probe ticks, machine busy ticks) every 50 ms."""
+
+    def __init__(self, target_pid):
+        self.target_pid = target_pid
+        self.probe_pid = None
+        self.samples = []
+        self.lock = threading.Lock()
+        self.stopped = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self.stopped:
+            now = time.time_ns()
+            t = proc_cpu_ticks(self.target_pid)
+            ppid = self.probe_pid
+            p = proc_cpu_ticks(ppid) if ppid else None
+            b = system_busy_ticks()
+            with self.lock:
+                self.samples.append((now, t, ppid, p, b))
+            time.sleep(0.05)
+
+    def between(self, start_ns, end_ns, idx, probe_pid=None):
+        """Ticks/s of field idx (1 target, 3 probe, 4 machine) between the
+        first sample at/after start and the last at/before end."""
+        with self.lock:
+            s = [x for x in self.samples if start_ns <= x[0] <= end_ns
+                 and x[idx] is not None and (probe_pid is None or x[2] == probe_pid)]
+        if len(s) < 2 or s[-1][0] == s[0][0]:
+            return None
+        return (s[-1][idx] - s[0][idx]) / CLK_TCK / ((s[-1][0] - s[0][0]) / 1e9)
+
+
+# ------------------------------------------------------------------- probe --
+
+def run_probe(args, pid, outdir, sampler):
+    cmd = [args.probe, "--pid", str(pid), "--duration", str(args.window),
+           "--output", outdir, "-q", "--mode", args.mode]
+    t0 = time.time_ns()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler.probe_pid = proc.pid
+    # Reap it ourselves: wait4 gives the child's exact rusage (all threads).
+    out_r, err_r = [], []
+    ts = [threading.Thread(target=lambda: out_r.append(proc.stdout.read()), daemon=True),
+          threading.Thread(target=lambda: err_r.append(proc.stderr.read()), daemon=True)]
+    for t in ts:
+        t.start()
+    deadline = time.time() + args.window + args.probe_timeout
+    status = ru = None
+    while True:
+        wpid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if wpid == proc.pid:
+            break
+        if time.time() > deadline:
+            os.kill(proc.pid, 15)
+            _, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    t1 = time.time_ns()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sampler.probe_pid = None
+    for t in ts:
+        t.join(timeout=5)
+    stdout = out_r[0] if out_r else ""
+    stderr = err_r[0] if err_r else ""
+    res = {
+        "rc": proc.returncode, "pid": proc.pid, "launch_ns": t0, "exit_ns": t1,
+        "cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": (t1 - t0) / 1e9,
+        "stdout": stdout, "stderr": stderr, "start_ns": None, "end_ns": None,
+        "mode_line": next((l for l in stdout.splitlines() if l.startswith("mode:")), ""),
+        "notes": [l for l in stdout.splitlines() if l.startswith(("dropped:", "PARTIAL"))],
+    }
+    for name, text in (("probe.stdout", stdout), ("probe.stderr", stderr)):
+        try:
+            with open(os.path.join(outdir, name), "w") as f:
+                f.write(text)
+        except OSError:
+            pass
+    err_lines = [l for l in stderr.splitlines() if l.strip()]
+    if err_lines:
+        res["notes"].append(f"stderr: {err_lines[-1][:160]}")
+    try:
+        with open(os.path.join(outdir, "report.json")) as f:
+            rep = json.load(f)
+        w = rep["window"]
+        res["start_ns"], res["end_ns"] = int(w["start_ns"]), int(w["end_ns"])
+        res["partial"] = bool(w.get("partial"))
+        res["report_mode"] = rep.get("mode")
+    except (OSError, ValueError, KeyError) as e:
+        res["report_error"] = str(e)
+    return res
+
+
+# -------------------------------------------------------------------- main --
+
+def fmt_pct(x):
+    return "   n/a" if x is None else f"{100 * x:5.1f}%"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    ap.add_argument("--probe", default=os.path.join(REPO, "target", "release", "plumber-probe"))
+    ap.add_argument("--workload", default="tfrecord_image")
+    ap.add_argument("--window", type=float, default=10.0, help="seconds per window (default 10)")
+    ap.add_argument("--pairs", type=int, default=4, help="OFF/ON pairs (default 4)")
+    ap.add_argument("--mode", choices=("model", "uprobes"), default="model")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds after READY (default 5)")
+    ap.add_argument("--settle", type=float, default=0.5,
+                    help="pause after the probe exits before the next window (default 0.5)")
+    ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
+    ap.add_argument("--probe-timeout", type=float, default=120.0,
+                    help="extra seconds the probe may take beyond --window (default 120)")
+    ap.add_argument("--keep", metavar="DIR", help="keep the probe outputs and workload log here")
+    ap.add_argument("workload_args", nargs="*", help="extra workload arguments (after --)")
+    args = ap.parse_args()
+
+    if os.geteuid() != 0:
+        die("needs root (plumber-probe attaches with eBPF and process_vm_readv); run with sudo")
+    args.probe = os.path.abspath(args.probe)
+    if not (os.path.isfile(args.probe) and os.access(args.probe, os.X_OK)):
+        die(f"probe binary {args.probe} not found; build it with `cargo build --release -p plumber-probe`")
+    if not os.access(args.python, os.X_OK):
+        die(f"python {args.python} not found (the workloads need the project's .venv)")
+    if args.window <= 0 or args.pairs < 1:
+        die("--window must be > 0 and --pairs >= 1")
+
+    work = args.keep or tempfile.mkdtemp(prefix="plumber-overhead-")
+    os.makedirs(work, exist_ok=True)
+    # Generous: warm-up + 2 windows per pair + probe start-up/teardown.
+    seconds = args.warmup + args.pairs * (2 * args.window + 60) + 120
+    wl = Workload(args.python, args.workload, seconds, work, args.workload_args)
+    try:
+        if not wl.ready.wait(timeout=180):
+            die(f"workload never printed READY (see {wl.stderr_path})")
+        print(f"workload {args.workload} pid {wl.pid} ready; warm-up {args.warmup:.0f} s; "
+              f"probe {args.probe} --mode {args.mode}; {args.pairs} pairs of {args.window:g} s windows (ABBA)",
+              flush=True)
+        sampler = Sampler(wl.pid)
+        time.sleep(args.warmup)
+
+        order = []
+        for k in range(args.pairs):
+            order += [(k, "OFF"), (k, "ON")] if k % 2 == 0 else [(k, "ON"), (k, "OFF")]
+
+        windows = []  # dicts
+        t_run0 = time.time_ns()
+        print(f"{'#':>2} {'pair':>4} {'kind':<4} {'t0 s':>6} {'len s':>6} {'elems/s':>9} "
+              f"{'target cpu':>10} {'el/cpu-s':>8} {'machine':>8} {'probe cpu':>9}  note", flush=True)
+        for i, (k, kind) in enumerate(order):
+            w = {"pair": k, "kind": kind, "note": ""}
+            if kind == "OFF":
+                start = time.time_ns()
+                time.sleep(args.window)
+                end = start + int(args.window * 1e9)
+            else:
+                outdir = os.path.join(work, f"probe-{i:02d}")
+                shutil.rmtree(outdir, ignore_errors=True)
+                r = run_probe(args, wl.pid, outdir, sampler)
+                w["probe"] = r
+                start, end = r["start_ns"], r["end_ns"]
+                if r["rc"] != 0 or start is None or end is None or end <= start:
+                    err = (r["stderr"].strip().splitlines() or ["(no stderr)"])[-1]
+                    w["error"] = f"probe rc={r['rc']}: {err} {r.get('report_error', '')}".strip()
+                    start = end = None
+                else:
+                    w["probe_cpu_run"] = r["cpu_s"] / r["wall_s"]
+                    w["probe_cpu_window"] = sampler.between(start, end, 3, probe_pid=r["pid"])
+                    w["note"] = r["mode_line"] + ("; " + "; ".join(r["notes"]) if r["notes"] else "")
+                time.sleep(args.settle)
+            if start is not None:
+                try:
+                    w["rate"] = wl.rate(start, end)
+                except ValueError as e:
+                    w["error"] = str(e)
+                w["start"], w["end"] = start, end
+                w["target_cpu"] = sampler.between(start, end, 1)
+                w["machine"] = sampler.between(start, end, 4)
+                if w.get("rate") is not None and w["target_cpu"]:
+                    w["eff"] = w["rate"] / w["target_cpu"]
+            windows.append(w)
+            if "error" in w:
+                print(f"{i:>2} {k:>4} {kind:<4} {'':>6} {'':>6} {'ERROR':>9}  {w['error']}", flush=True)
+            else:
+                mach = None if w["machine"] is None else w["machine"] / os.cpu_count()
+                print(f"{i:>2} {k:>4} {kind:<4} {(start - t_run0) / 1e9:6.1f} {(end - start) / 1e9:6.2f} "
+                      f"{w['rate']:9.1f} {fmt_pct(w['target_cpu']):>10} "
+                      f"{w['eff'] if 'eff' in w else float('nan'):8.0f} {fmt_pct(mach):>8} "
+                      f"{fmt_pct(w.get('probe_cpu_window')) if kind == 'ON' else '':>9}  {w['note']}",
+                      flush=True)
+            if wl.done.is_set():
+                print("workload exited early", file=sys.stderr)
+                break
+    finally:
+        wl.stop()
+
+    # ------------------------------------------------------------- summary --
+    ok = lambda w: "rate" in w and "error" not in w
+    on = [w["rate"] for w in windows if w["kind"] == "ON" and ok(w)]
+    off = [w["rate"] for w in windows if w["kind"] == "OFF" and ok(w)]
+    pair_ratios = []
+    for k in range(args.pairs):
+        ws = {w["kind"]: w for w in windows if w["pair"] == k}
+        if "ON" in ws and "OFF" in ws and ok(ws["ON"]) and ok(ws["OFF"]):
+            pair_ratios.append(ws["ON"]["rate"] / ws["OFF"]["rate"])
+    print()
+    if not on or not off:
+        print("no valid ON/OFF windows: no ratio", file=sys.stderr)
+        return 1
+    ratio = statistics.mean(on) / statistics.mean(off)
+    spread = ""
+    if len(pair_ratios) >= 2:
+        spread = (f"; pair min {min(pair_ratios):.3f} max {max(pair_ratios):.3f} "
+                  f"median {statistics.median(pair_ratios):.3f} sd {statistics.stdev(pair_ratios):.3f}")
+    print(f"mean elems/s: ON {statistics.mean(on):.1f} ({len(on)} windows), "
+          f"OFF {statistics.mean(off):.1f} ({len(off)} windows)")
+    print(f"throughput ratio probe/no-probe: {ratio:.3f} "
+          f"(pairs: {' '.join(f'{r:.3f}' for r in pair_ratios)}{spread})")
+    # Secondary, far less sensitive to other processes taking CPU from the
+    # target: elements per CPU-second of the target. It keeps costs paid
+    # inside the target (uprobe handlers, page faults) but not the probe's own
+    # CPU, which is reported below.
+    eff_on = [w["eff"] for w in windows if w["kind"] == "ON" and ok(w) and "eff" in w]
+    eff_off = [w["eff"] for w in windows if w["kind"] == "OFF" and ok(w) and "eff" in w]
+    eff_pairs = []
+    for k in range(args.pairs):
+        ws = {w["kind"]: w for w in windows if w["pair"] == k}
+        if "ON" in ws and "OFF" in ws and "eff" in ws["ON"] and "eff" in ws["OFF"] \
+                and ok(ws["ON"]) and ok(ws["OFF"]):
+            eff_pairs.append(ws["ON"]["eff"] / ws["OFF"]["eff"])
+    if eff_on and eff_off:
+        spread = ""
+        if len(eff_pairs) >= 2:
+            spread = (f"; pair min {min(eff_pairs):.3f} max {max(eff_pairs):.3f} "
+                      f"median {statistics.median(eff_pairs):.3f} sd {statistics.stdev(eff_pairs):.3f}")
+        print(f"elements per target CPU-second, probe/no-probe: "
+              f"{statistics.mean(eff_on) / statistics.mean(eff_off):.3f} "
+              f"(pairs: {' '.join(f'{r:.3f}' for r in eff_pairs)}{spread})")
+    busy = [w["machine"] / os.cpu_count() for w in windows if w.get("machine") is not None]
+    if busy:
+        print(f"machine busy (all {os.cpu_count()} CPUs, target included) during the windows: "
+              f"{100 * min(busy):.0f}-{100 * max(busy):.0f}%")
+    runs = [w["probe_cpu_run"] for w in windows if "probe_cpu_run" in w]
+    inwin = [w["probe_cpu_window"] for w in windows if w.get("probe_cpu_window") is not None]
+    probes = [w["probe"] for w in windows if "probe" in w and "probe_cpu_run" in w]
+    if runs:
+        cpu_s = [p["cpu_s"] for p in probes]
+        wall_s = [p["wall_s"] for p in probes]
+        print(f"probe CPU (% of one core): whole run {100 * statistics.mean(runs):.2f}% "
+              f"(mean {statistics.mean(cpu_s):.2f} s CPU over {statistics.mean(wall_s):.1f} s wall per run, "
+              f"start-up and output included); during the recording window "
+              + (f"{100 * statistics.mean(inwin):.2f}%" if inwin else "n/a")
+              + f" (/proc samples, {CLK_TCK} ticks/s)")
+    ttfd = [p["mode_line"] for p in probes]
+    if ttfd:
+        print(f"probe: {ttfd[0]}" + (f" ... {ttfd[-1]}" if len(ttfd) > 1 else ""))
+    n_err = sum(1 for w in windows if "error" in w)
+    if n_err:
+        print(f"{n_err} window(s) failed; see above")
+    print(f"logs: {work}")
+    return 0 if pair_ratios else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The README's second command: the whole test suite (unit, golden, BPF and
+# real-TensorFlow end-to-end tests). Needs root for the BPF tests, as CI has.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+bash scripts/setup.sh
+echo "[test] python self-tests"
+.venv/bin/python tests/python/test_decode_stats.py
+.venv/bin/python tests/python/test_groundtruth.py
+echo "[test] cargo test"
+# One test at a time: the end-to-end tests run real TensorFlow workloads on
+# a 2-core machine and look at the machine's loaded BPF programs.
+cargo test --workspace -- --test-threads=1
