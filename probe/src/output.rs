@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use plumber_collector::statsfile;
+use tracing::warn;
 
 use crate::record::Recording;
 use crate::target::TargetError;
@@ -24,6 +25,7 @@ pub fn is_usage_error(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<UsageError>()
             || c.is::<statsfile::StatsError>()
+            || c.downcast_ref::<plumber_analyzer::AnalyzeError>().is_some_and(|a| a.exit_code() == 2)
             || matches!(
                 c.downcast_ref::<TargetError>(),
                 Some(TargetError::NoSuchProcess(_) | TargetError::NoTensorFlow { .. })
@@ -56,9 +58,25 @@ pub fn write_recording(out: &Path, rec: &Recording, save_events: bool) -> Result
     let collected = plumber_collector::collect(rec.events.iter().cloned())
         .context("no usable observations were made; nothing written")?;
     statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
-    let report = plumber_analyzer_bridge::report_json(&collected)?;
-    write_atomic(&out.join("report.json"), report.as_bytes())?;
+    // The analysis runs on what stats.pb holds, exactly as `analyze` would.
+    let analysis = plumber_analyzer::analyze(&collected.snapshot, &plumber_analyzer::MachineOverrides::default());
+    let text = match &analysis {
+        Ok(a) => {
+            plumber_analyzer::write_outputs(out, a)?;
+            Some(plumber_analyzer::render_text(a.report_ref()))
+        }
+        Err(e) => {
+            // Still a useful recording: keep the measured report.
+            warn!("no analysis of this recording: {e}");
+            let report = serde_json::to_string_pretty(&collected.report())?;
+            write_atomic(&out.join("report.json"), report.as_bytes())?;
+            None
+        }
+    };
     println!("{}", collected.table());
+    if let Some(t) = text {
+        println!("{t}");
+    }
     println!(
         "mode: {} | window {:.1} s | time to first data {:.2} s{}",
         rec.mode,
@@ -116,26 +134,25 @@ pub struct AnalyzeArgs {
 }
 
 pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
-    let snapshot = statsfile::read_stats(&a.stats)?;
-    let report = plumber_collector::report::measured(&snapshot);
-    let json = serde_json::to_string_pretty(&report)?;
+    let snapshot = plumber_analyzer::load_file(&a.stats)?;
+    let memory_bytes = match &a.memory {
+        Some(m) => Some(plumber_analyzer::parse_size(m)?),
+        None => None,
+    };
+    let overrides = plumber_analyzer::MachineOverrides {
+        cores: a.cores,
+        memory_bytes,
+        disk_bandwidth: a.disk_bandwidth,
+    };
+    let analysis = plumber_analyzer::analyze(&snapshot, &overrides)?;
     if a.json {
-        println!("{json}");
+        println!("{}", plumber_analyzer::render_json(&analysis)?);
     } else {
-        println!("{}", plumber_collector::table::render_table(&snapshot));
+        println!("{}", plumber_analyzer::render_text(analysis.report_ref()));
     }
     if let Some(dir) = &a.output {
         prepare_dir(dir)?;
-        write_atomic(&dir.join("report.json"), json.as_bytes())?;
+        plumber_analyzer::write_outputs(dir, &analysis)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-mod plumber_analyzer_bridge {
-    use anyhow::Result;
-    use plumber_collector::Collected;
-
-    pub fn report_json(c: &Collected) -> Result<String> {
-        Ok(serde_json::to_string_pretty(&c.report())?)
-    }
 }

@@ -44,7 +44,6 @@ pub struct RecordOpts {
 
 pub struct Recording {
     pub events: Vec<Event>,
-    pub target: Target,
     pub mode: &'static str,
     pub partial: bool,
     /// Seconds from start to the first poll with data.
@@ -189,6 +188,20 @@ fn retired_to_event(e: &RetiredEvent) -> NodeRetired {
     }
 }
 
+/// Moves retired-node events into the event list; an event whose node could
+/// not be read in BPF has no trustworthy counters and is counted instead.
+fn push_retired(events: &mut Vec<Event>, retired: &RefCell<Vec<RetiredEvent>>) -> u64 {
+    let mut unreadable = 0;
+    for e in retired.borrow_mut().drain(..) {
+        if e.flags & bpf::types::FLAG_READ_FAILED != 0 {
+            unreadable += 1;
+        } else {
+            events.push(Event::Retired(retired_to_event(&e)));
+        }
+    }
+    unreadable
+}
+
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
@@ -216,7 +229,6 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let bpf = Bpf::load(&mut obj, opts.pid, &layout)?;
     let mut rec = Recording {
         events: Vec::new(),
-        target: target.clone(),
         mode: if use_model { "model" } else { "uprobes" },
         partial: false,
         time_to_first_data: 0.0,
@@ -328,6 +340,7 @@ impl Ctx<'_, '_> {
         // Model node -> its iterator, for the parallelism knob.
         let mut iter_of: HashMap<u64, u64> = HashMap::new();
         let mut invalid_nodes = 0u64;
+        let mut unreadable = 0u64;
         let mut window_start = None;
         let mut progress = Progress {
             tty: std::io::stderr().is_terminal(),
@@ -401,9 +414,7 @@ impl Ctx<'_, '_> {
                 continue;
             }
             bpf::drain(&rb);
-            for e in retired.borrow_mut().drain(..) {
-                rec.events.push(Event::Retired(retired_to_event(&e)));
-            }
+            unreadable += push_retired(&mut rec.events, &retired);
             let root_elems = nodes.first().map(|n| n.counters.num_elements);
             rec.events.push(Event::Poll(Poll {
                 mono_ns,
@@ -424,14 +435,16 @@ impl Ctx<'_, '_> {
         };
         progress.done();
         bpf::drain(&rb);
-        for e in retired.borrow_mut().drain(..) {
-            rec.events.push(Event::Retired(retired_to_event(&e)));
-        }
+        unreadable += push_retired(&mut rec.events, &retired);
         drop(remove_link);
         let mut drops = self.bpf_drops()?;
         drops.push(DropCount {
             what: "invalid_model_nodes_skipped".into(),
             count: invalid_nodes,
+        });
+        drops.push(DropCount {
+            what: "retired_node_unreadable".into(),
+            count: unreadable,
         });
         drops.push(DropCount {
             what: "malformed_ringbuf_records".into(),

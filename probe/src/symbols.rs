@@ -68,16 +68,6 @@ impl Symbols {
             })
             .collect())
     }
-
-    pub fn require(&self, lib: &Path, name: &str) -> Result<Symbol, SymbolError> {
-        self.lookup(lib, &[name])?
-            .pop()
-            .flatten()
-            .ok_or_else(|| SymbolError::Missing {
-                path: lib.to_path_buf(),
-                name: name.to_string(),
-            })
-    }
 }
 
 /// The machine code of a function, read from the library file.

@@ -35,15 +35,11 @@ pub struct Library {
     pub path: String,
     /// Path we can open (through /proc/PID/root).
     pub host_path: PathBuf,
-    /// Load bias: runtime address = ELF vaddr + bias (start of the mapping
-    /// with file offset 0).
-    pub bias: u64,
 }
 
 #[derive(Debug, Clone)]
 pub struct Target {
     pub pid: i32,
-    pub comm: String,
     pub framework: Library,
     pub cc: Option<Library>,
     pub tensorflow_version: String,
@@ -111,7 +107,6 @@ impl Target {
         let tensorflow_version = tensorflow_version(&framework.host_path).unwrap_or_default();
         Ok(Target {
             pid,
-            comm,
             framework,
             cc,
             tensorflow_version,
@@ -130,7 +125,7 @@ impl Target {
 fn find_library(pid: i32, maps: &str, name: &str) -> Option<Library> {
     for line in maps.lines() {
         let mut it = line.split_whitespace();
-        let range = it.next()?;
+        let _range = it.next()?;
         let _perms = it.next()?;
         let offset = u64::from_str_radix(it.next()?, 16).ok()?;
         let _dev = it.next();
@@ -140,13 +135,8 @@ fn find_library(pid: i32, maps: &str, name: &str) -> Option<Library> {
         if file != name || offset != 0 {
             continue;
         }
-        let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
         let host_path = PathBuf::from(format!("/proc/{pid}/root{path}"));
-        return Some(Library {
-            path,
-            host_path,
-            bias: start,
-        });
+        return Some(Library { path, host_path });
     }
     None
 }
@@ -185,7 +175,10 @@ mod tests {
         let maps = "7f0000000000-7f0000001000 r--p 00000000 08:01 12 /x/libtensorflow_framework.so.2\n\
                     7f0000001000-7f0000002000 r-xp 00001000 08:01 12 /x/libtensorflow_framework.so.2\n";
         let lib = find_library(1, maps, FRAMEWORK_LIB).expect("found");
-        assert_eq!(lib.bias, 0x7f0000000000);
+        assert_eq!(
+            lib.host_path,
+            std::path::PathBuf::from("/proc/1/root/x/libtensorflow_framework.so.2")
+        );
         assert_eq!(lib.path, "/x/libtensorflow_framework.so.2");
     }
 

@@ -14,7 +14,7 @@ pub const DROP_NAMES: [&str; 7] = [
 
 pub const RETIRED_EVENT_SIZE: usize = 8 * 11 + 4 + 4 + NAME_LEN;
 pub const NAME_LEN: usize = 32;
-pub const FLAG_NAME_TRUNCATED: u32 = 1;
+/// The node could not be read: the counters are not usable.
 pub const FLAG_READ_FAILED: u32 = 2;
 
 #[derive(Debug, Clone, Default, PartialEq)]

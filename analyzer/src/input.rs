@@ -1,0 +1,201 @@
+//! The model's input: the snapshot's per-op counters normalised into
+//! [`OpInput`] (units fixed, per-op parallelism, Plumber's sums undone), the
+//! machine figures and the time window, plus the pipeline graph.
+//!
+//! `lock_wait_ns`/`gil_wait_ns` are not in stats.pb yet (a later issue adds
+//! them as extensions); until then they default to 0 and a caller that has
+//! them sets them here before [`crate::analyze_input`].
+
+use std::collections::HashMap;
+
+use plumber_collector::proto::pipeline_snapshot::OpStats;
+use plumber_collector::proto::PipelineSnapshot;
+use plumber_collector::report::MeasuredReport;
+
+use crate::error::AnalyzeError;
+use crate::graph::PipelineGraph;
+use crate::load;
+use crate::measured::measured_report;
+
+/// One op's counters over the window, as the model uses them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpInput {
+    /// NodeDef name (OpStats.name).
+    pub name: String,
+    /// Elements produced (aggregate over every iterator instance).
+    pub elements: u64,
+    /// Self thread-CPU time, ns (`aggregate_processing_time_clock`).
+    pub cpu_ns: u64,
+    /// Self wall time, ns (`aggregate_processing_time`); for file readers it
+    /// includes waiting for the storage.
+    pub wall_ns: u64,
+    /// Time blocked in inputs or, for file readers, in open/read, ns
+    /// (`aggregate_wait_time`).
+    pub wait_ns: u64,
+    /// Parallelism of one instance of the op (threads); 0 = unknown. Not
+    /// summed over instances (Plumber's OpStats.parallelism is).
+    pub parallelism: f64,
+    /// `element_ratio` as written: inputs consumed per output of the first
+    /// live instance; -1 or inf when unknown.
+    pub element_ratio: f64,
+    /// -1 infinite, -2 unknown.
+    pub cardinality: i64,
+    pub bytes_produced: u64,
+    /// File readers: payload bytes read.
+    pub disk_bytes_read: u64,
+    /// File readers: files opened.
+    pub files_opened: u64,
+    /// Time the op's threads waited for a lock, ns (summed over threads).
+    pub lock_wait_ns: u64,
+    /// Time the op's threads waited for Python's GIL, ns (summed over threads).
+    pub gil_wait_ns: u64,
+}
+
+/// Machine figures as the file states them (0 = not stated).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MachineFigures {
+    pub cores: f64,
+    pub memory_total: u64,
+    pub memory_free: u64,
+    /// Bytes per second; Plumber's TensorFlow always writes 0.
+    pub disk_bandwidth: f64,
+    /// tf.data's shared thread pool size (a fallback for the core count).
+    pub threadpool_size: u64,
+}
+
+/// Everything the model reads, built from a snapshot; editable before
+/// analysis (e.g. to supply lock/GIL wait per op).
+#[derive(Debug, Clone)]
+pub struct PipelineInput {
+    /// Per-op counters by OpStats name.
+    pub ops: HashMap<String, OpInput>,
+    pub machine: MachineFigures,
+    /// Window length, ns (`current_time - start_time`).
+    pub elapsed_ns: u64,
+    /// Payload bytes of each file read to the end.
+    pub file_sizes: Vec<(String, u64)>,
+    /// Process CPU time over the window, ns (0 = unknown).
+    pub process_cpu_ns: u64,
+    pub(crate) graph: PipelineGraph,
+    pub(crate) measured: MeasuredReport,
+    pub(crate) notes: Vec<String>,
+}
+
+fn nonneg(x: i64) -> u64 {
+    u64::try_from(x).unwrap_or(0)
+}
+
+fn first_nonzero(a: i64, b: i64) -> u64 {
+    if a > 0 {
+        nonneg(a)
+    } else {
+        nonneg(b)
+    }
+}
+
+impl OpInput {
+    pub fn from_stats(s: &OpStats) -> Self {
+        let parallelism = if s.probe_parallelism.is_finite() && s.probe_parallelism > 0.0 {
+            s.probe_parallelism
+        } else if s.parallelism > 0 {
+            // Plumber sums Parallelism() over live instances (model §8.3):
+            // divide by the instance count to get one op's parallelism.
+            s.parallelism as f64 / s.count.max(1) as f64
+        } else {
+            0.0
+        };
+        OpInput {
+            name: s.name.clone(),
+            elements: first_nonzero(s.aggregate_elements_produced, s.elements_produced),
+            cpu_ns: first_nonzero(s.aggregate_processing_time_clock, s.processing_time_clock),
+            wall_ns: first_nonzero(s.aggregate_processing_time, s.processing_time),
+            wait_ns: nonneg(s.aggregate_wait_time),
+            parallelism,
+            element_ratio: s.element_ratio,
+            cardinality: s.cardinality,
+            bytes_produced: first_nonzero(s.aggregate_bytes_produced, s.bytes_produced),
+            disk_bytes_read: nonneg(s.aggregate_disk_bytes_read),
+            files_opened: nonneg(s.aggregate_elements_consumed),
+            // Not in stats.pb yet: the issue that adds the lock/GIL
+            // extension fields fills these here.
+            lock_wait_ns: 0,
+            gil_wait_ns: 0,
+        }
+    }
+}
+
+impl PipelineInput {
+    pub fn from_snapshot(s: &PipelineSnapshot) -> Result<Self, AnalyzeError> {
+        load::validate(s)?;
+        let graph_def = s.graph.as_ref().ok_or(AnalyzeError::StatsWithoutGraph)?;
+        // The collector's measured report is independent of the model's
+        // graph: build both at once (inline if no thread can be started).
+        let (graph, measured) = std::thread::scope(|scope| {
+            let handle = std::thread::Builder::new()
+                .name("plumber-measured".into())
+                .spawn_scoped(scope, || measured_report(s))
+                .ok();
+            let graph = PipelineGraph::build(graph_def);
+            let measured = match handle {
+                Some(h) => h.join().unwrap_or_default(),
+                None => measured_report(s),
+            };
+            (graph, measured)
+        });
+        let graph = graph?;
+        let mut notes = graph.notes.clone();
+        let mut ops = HashMap::with_capacity(s.stats.len());
+        for st in &s.stats {
+            if ops.contains_key(&st.name) {
+                notes.push(format!("duplicate stats for {} ignored", st.name));
+                continue;
+            }
+            ops.insert(st.name.clone(), OpInput::from_stats(st));
+        }
+        let info = s.snapshot_info.unwrap_or_default();
+        let elapsed = info.current_time.saturating_sub(info.start_time);
+        if elapsed <= 0 {
+            return Err(AnalyzeError::NoWindow);
+        }
+        let mi = s.machine_info.clone().unwrap_or_default();
+        let ctx = s.ctx_info.clone().unwrap_or_default();
+        let machine = MachineFigures {
+            cores: mi.num_cores.max(0) as f64,
+            memory_total: nonneg(mi.memory_total),
+            memory_free: nonneg(mi.memory_free),
+            disk_bandwidth: if mi.estimated_disk_bandwidth.is_finite()
+                && mi.estimated_disk_bandwidth > 0.0
+            {
+                mi.estimated_disk_bandwidth
+            } else {
+                0.0
+            },
+            threadpool_size: nonneg(ctx.shared_threadpool_size),
+        };
+        let file_sizes = ctx
+            .file_sizes
+            .iter()
+            .map(|f| (f.name.clone(), nonneg(f.size)))
+            .collect();
+        let process_cpu_ns = nonneg(
+            info.process_current_time
+                .saturating_sub(info.process_start_time),
+        );
+        Ok(PipelineInput {
+            ops,
+            machine,
+            elapsed_ns: nonneg(elapsed),
+            file_sizes,
+            process_cpu_ns,
+            graph,
+            measured,
+            notes,
+        })
+    }
+
+    /// The counters of one op, to supply what the file lacks (lock or GIL
+    /// wait).
+    pub fn op_mut(&mut self, name: &str) -> Option<&mut OpInput> {
+        self.ops.get_mut(name)
+    }
+}

@@ -1,0 +1,788 @@
+//! Plumber's operational analysis (plumber-model.md §3) over the pipeline
+//! tree: visit ratios, per-core rates, the rate each op sustains at its
+//! parallelism, the ranking, and the evaluation of a configuration (what
+//! rate the pipeline reaches with given parallelism, cache and disk) that the
+//! recommendations are built from.
+//!
+//! Fixes over Plumber (§8): ops with zero CPU time have an unbounded rate
+//! (never the bottleneck, left out of the LP); parallelism is per op, not
+//! summed over live instances; visit ratios use each input's own element
+//! count (Zip/Concatenate, an interleave's file list); an op's lock or GIL
+//! wait bends its scaling (Amdahl, see [`crate::amdahl`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::amdahl;
+use crate::error::AnalyzeError;
+use crate::guard::finite_pos;
+use crate::input::{OpInput, PipelineInput};
+use crate::lp::{self, Binding, LpItem, LpSolution};
+use crate::ops;
+
+/// Which per-op time the rates are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CpuSource {
+    /// `aggregate_processing_time_clock`: thread CPU time (Plumber's model).
+    CpuClock,
+    /// `aggregate_processing_time`: wall time (Plumber's "naive" mode), used
+    /// when no op has CPU time.
+    Wallclock,
+}
+
+impl CpuSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuSource::CpuClock => "cpu_clock",
+            CpuSource::Wallclock => "wallclock",
+        }
+    }
+}
+
+/// What limits an op's rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    Cpu,
+    Io,
+    Lock,
+    Gil,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Cpu => "cpu",
+            Limit::Io => "io",
+            Limit::Lock => "lock",
+            Limit::Gil => "gil",
+        }
+    }
+}
+
+/// An op is called contention-bound when the wait slows it by this factor
+/// or more at its parallelism.
+const CONTENTION_SLOWDOWN: f64 = 1.1;
+/// A file reader is called I/O-bound when its wall time exceeds its busy
+/// time by this factor.
+const IO_WALL_FACTOR: f64 = 1.1;
+
+#[derive(Debug, Clone)]
+pub(crate) struct NodeModel {
+    pub name: String,
+    pub op: String,
+    pub stats: Option<OpInput>,
+    /// Reachable from the top, not the `_Retval`, and has stats.
+    pub in_model: bool,
+    pub visit: f64,
+    /// Cache, TensorSlice, or below one: excluded from ranking and LP.
+    pub stale: bool,
+    /// Parallelism of one instance.
+    pub p_instance: f64,
+    /// Parallelism of the op as it runs (instance × enclosing interleave).
+    pub p_eff: f64,
+    /// Node whose parallelism knob scales this op (itself, or the interleave
+    /// whose function builds it).
+    pub knob: Option<usize>,
+    pub interleave_owner: Option<usize>,
+    pub disk: bool,
+    pub source: bool,
+    pub random: bool,
+    /// CPU (or wall, in wallclock mode) seconds.
+    pub time_s: f64,
+    pub wall_s: f64,
+    /// Lock and GIL wait, seconds.
+    pub lock_s: f64,
+    pub gil_s: f64,
+    pub minibatches: f64,
+    /// Per-core rate R1 (root elements/s); None: no time (unbounded) or no
+    /// elements (nothing to measure).
+    pub r1: Option<f64>,
+    pub sigma: f64,
+    /// R1 times the single-thread efficiency (only < R1 for a waiting
+    /// single-threaded op).
+    pub r1_eff: f64,
+    /// File readers: rate of one read stream including storage wait.
+    pub io1: Option<f64>,
+    pub cpu_rate: Option<f64>,
+    pub io_rate: Option<f64>,
+    pub max_rate: Option<f64>,
+    pub limit: Limit,
+    pub observed_rate: f64,
+    pub cores_used: f64,
+    pub busy: f64,
+    /// Disk payload bytes per root element.
+    pub disk_bytes_per_root: f64,
+    pub rank: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Machine {
+    pub cores: f64,
+    pub cores_from: &'static str,
+    pub memory: Option<f64>,
+    pub memory_from: &'static str,
+    pub disk_bandwidth: Option<f64>,
+    pub disk_bandwidth_from: &'static str,
+}
+
+/// A change to the pipeline whose rate the model predicts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Scenario {
+    /// Knob node -> new parallelism of one instance.
+    pub knobs: BTreeMap<usize, f64>,
+    /// Ops whose lock/GIL wait is assumed removed.
+    pub clear_wait: BTreeSet<usize>,
+    /// Nodes with a cache inserted right above them (they and their inputs
+    /// stop working once the cache is filled).
+    pub cached: BTreeSet<usize>,
+    pub disk_bandwidth: Option<f64>,
+}
+
+/// What bounds a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limiter {
+    /// An op at its parallelism (CPU, lock or GIL).
+    Op(usize),
+    /// A file reader's streams (storage wait).
+    Io(usize),
+    /// The storage bandwidth.
+    Disk,
+    /// The core budget.
+    Cores,
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Evaluation {
+    pub rate: f64,
+    pub limiter: Limiter,
+    pub cpu_rate: f64,
+    /// (node, θ) of the CPU allocation at that rate.
+    pub theta: Vec<(usize, f64)>,
+    pub p_eff: Vec<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Model {
+    pub input: PipelineInput,
+    pub nodes: Vec<NodeModel>,
+    pub cpu_source: CpuSource,
+    pub elapsed_s: f64,
+    pub machine: Machine,
+    /// Ranked ops: lowest max rate first.
+    pub ranking: Vec<usize>,
+    /// Ops with stats but no bound (zero time).
+    pub unbounded: Vec<usize>,
+    pub notes: Vec<String>,
+}
+
+fn opt_min(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// Machine figures after the user's overrides.
+pub(crate) fn resolve_machine(
+    input: &PipelineInput,
+    ov: &crate::MachineOverrides,
+    notes: &mut Vec<String>,
+) -> Result<Machine, AnalyzeError> {
+    let (cores, cores_from) = match ov.cores {
+        Some(c) if c.is_finite() && c > 0.0 => (c, "override"),
+        Some(c) => {
+            return Err(AnalyzeError::InvalidOverride(format!(
+                "cores must be a positive number, got {c}"
+            )))
+        }
+        None if input.machine.cores > 0.0 => (input.machine.cores, "file"),
+        None if input.machine.threadpool_size > 0 => {
+            notes.push(format!(
+                "the file states no core count; assumed the tf.data thread pool size, {} (pass --cores)",
+                input.machine.threadpool_size
+            ));
+            (input.machine.threadpool_size as f64, "threadpool")
+        }
+        None => {
+            notes.push("the file states no core count; assumed 1 (pass --cores)".into());
+            (1.0, "assumed")
+        }
+    };
+    let (memory, memory_from) = match ov.memory_bytes {
+        Some(0) => {
+            return Err(AnalyzeError::InvalidOverride(
+                "memory must be more than 0 bytes".into(),
+            ))
+        }
+        Some(m) => (Some(m as f64), "override"),
+        None if input.machine.memory_total > 0 => (Some(input.machine.memory_total as f64), "file"),
+        None if input.machine.memory_free > 0 => {
+            (Some(input.machine.memory_free as f64), "file_free")
+        }
+        None => (None, "unknown"),
+    };
+    let (disk_bandwidth, disk_bandwidth_from) = match ov.disk_bandwidth {
+        Some(b) if b.is_finite() && b > 0.0 => (Some(b), "override"),
+        Some(0.0) => (None, "unknown"),
+        Some(b) => {
+            return Err(AnalyzeError::InvalidOverride(format!(
+                "disk bandwidth must be a positive number of bytes/s, got {b}"
+            )))
+        }
+        None => match finite_pos(input.machine.disk_bandwidth) {
+            Some(b) => (Some(b), "file"),
+            None => (None, "unknown"),
+        },
+    };
+    Ok(Machine {
+        cores,
+        cores_from,
+        memory,
+        memory_from,
+        disk_bandwidth,
+        disk_bandwidth_from,
+    })
+}
+
+impl Model {
+    pub fn build(mut input: PipelineInput, machine: Machine, mut notes: Vec<String>) -> Model {
+        // The per-op inputs move into the nodes (no copy of 10,000 entries).
+        let mut ops = std::mem::take(&mut input.ops);
+        let g = &input.graph;
+        let elapsed_s = input.elapsed_ns as f64 / 1e9;
+        let cpu_source = if ops.values().any(|o| o.cpu_ns > 0) {
+            CpuSource::CpuClock
+        } else {
+            notes.push(
+                "no op has CPU time (aggregate_processing_time_clock): rates use wall time (Plumber's naive mode)"
+                    .into(),
+            );
+            CpuSource::Wallclock
+        };
+        let mut nodes: Vec<NodeModel> = g
+            .nodes
+            .iter()
+            .map(|n| NodeModel {
+                name: n.name.clone(),
+                op: n.op.clone(),
+                stats: None,
+                in_model: false,
+                visit: 1.0,
+                stale: false,
+                p_instance: 1.0,
+                p_eff: 1.0,
+                knob: None,
+                interleave_owner: None,
+                disk: ops::is_disk(&n.op),
+                source: n.inputs.is_empty() && n.fn_roots.is_empty(),
+                random: n.random,
+                time_s: 0.0,
+                wall_s: 0.0,
+                lock_s: 0.0,
+                gil_s: 0.0,
+                minibatches: 0.0,
+                r1: None,
+                sigma: 0.0,
+                r1_eff: 0.0,
+                io1: None,
+                cpu_rate: None,
+                io_rate: None,
+                max_rate: None,
+                limit: Limit::Cpu,
+                observed_rate: 0.0,
+                cores_used: 0.0,
+                busy: 0.0,
+                disk_bytes_per_root: 0.0,
+                rank: None,
+            })
+            .collect();
+        for &u in &g.order {
+            if nodes[u].op == ops::RETVAL {
+                continue;
+            }
+            if let Some(st) = ops.remove(&nodes[u].name) {
+                nodes[u].stats = Some(st);
+                nodes[u].in_model = true;
+            }
+        }
+        let missing = g
+            .order
+            .iter()
+            .filter(|&&u| !nodes[u].in_model && nodes[u].op != ops::RETVAL)
+            .count();
+        if missing > 0 {
+            notes.push(format!(
+                "{missing} pipeline node(s) have no stats and are left out of the model"
+            ));
+        }
+        // What is left matches no reachable node (the _Retval has no stats).
+        let orphans = ops.len();
+        if orphans > 0 {
+            notes.push(format!(
+                "{orphans} stats entr(ies) match no node of the pipeline graph and are left out"
+            ));
+        }
+
+        // Top-down: visit ratios, staleness, parallelism, knobs.
+        let mut outer = vec![1.0_f64; nodes.len()];
+        let mut bad_ratio = 0usize;
+        for &u in &g.order {
+            let un = &g.nodes[u];
+            let consumer = un.consumer;
+            if let Some(c) = consumer {
+                nodes[u].stale = nodes[u].stale || nodes[c].stale;
+            }
+            if ops::is_cache(&un.op) || ops::is_tensor_slice(&un.op) {
+                nodes[u].stale = true;
+            }
+            let p_inst = match &nodes[u].stats {
+                Some(st)
+                    if ops::is_parallel(&un.op)
+                        && st.parallelism.is_finite()
+                        && st.parallelism > 0.0 =>
+                {
+                    st.parallelism.max(1.0)
+                }
+                _ => 1.0,
+            };
+            nodes[u].p_instance = p_inst;
+            nodes[u].p_eff = p_inst * outer[u];
+            nodes[u].knob = if ops::takes_parallelism(&un.op) {
+                Some(u)
+            } else {
+                nodes[u].interleave_owner
+            };
+            let v = nodes[u].visit;
+            let el_u = nodes[u].stats.as_ref().map_or(0, |s| s.elements);
+            let ratio_u = nodes[u].stats.as_ref().map_or(-1.0, |s| s.element_ratio);
+            for &c in &un.inputs {
+                let el_c = nodes[c].stats.as_ref().map_or(0, |s| s.elements);
+                // Each input's own count first: exact for every input of a
+                // Zip/Concatenate and for an interleave's file list (Plumber
+                // takes the first input's ratio, and passes an interleave's V
+                // unchanged to its inputs).
+                let r = if el_u > 0 && el_c > 0 {
+                    el_c as f64 / el_u as f64
+                } else if ratio_u.is_finite() && ratio_u > 0.0 {
+                    ratio_u
+                } else {
+                    1.0
+                };
+                let vc = v * r;
+                nodes[c].visit = if vc.is_finite() && vc > 0.0 {
+                    vc
+                } else {
+                    bad_ratio += 1;
+                    v
+                };
+                outer[c] = outer[u];
+                nodes[c].interleave_owner = nodes[u].interleave_owner;
+            }
+            for &f in &un.fn_roots {
+                // A function's datasets produce the owner's output elements
+                // (interleave, flat_map, group_by_window's reduce: Plumber
+                // passes GroupByWindow's functions 1.0).
+                nodes[f].visit = v;
+                if ops::is_interleave(&un.op) {
+                    outer[f] = nodes[u].p_eff;
+                    nodes[f].interleave_owner = Some(u);
+                } else {
+                    outer[f] = outer[u];
+                    nodes[f].interleave_owner = nodes[u].interleave_owner;
+                }
+            }
+        }
+        if bad_ratio > 0 {
+            notes.push(format!(
+                "{bad_ratio} element ratio(s) were not usable; visit ratio 1 assumed there"
+            ));
+        }
+
+        // Per-op rates.
+        for &u in &g.order {
+            if !nodes[u].in_model {
+                continue;
+            }
+            let n = &mut nodes[u];
+            let Some(st) = n.stats.as_ref() else { continue };
+            let (elements, cpu_ns, wall_ns, disk_read) =
+                (st.elements, st.cpu_ns, st.wall_ns, st.disk_bytes_read);
+            let (lock_ns, gil_ns) = (st.lock_wait_ns, st.gil_wait_ns);
+            let wall_s = wall_ns as f64 / 1e9;
+            let lock_s = lock_ns as f64 / 1e9;
+            let gil_s = gil_ns as f64 / 1e9;
+            let wait_s = lock_s + gil_s;
+            let time_s = match cpu_source {
+                CpuSource::CpuClock => cpu_ns as f64 / 1e9,
+                CpuSource::Wallclock => wall_s,
+            };
+            // In wallclock mode the lock/GIL wait sits inside the wall time.
+            let busy_s = match cpu_source {
+                CpuSource::Wallclock if time_s > wait_s => time_s - wait_s,
+                _ => time_s,
+            };
+            n.wall_s = wall_s;
+            n.time_s = time_s;
+            n.lock_s = lock_s;
+            n.gil_s = gil_s;
+            n.minibatches = elements as f64 / n.visit;
+            n.observed_rate = elements as f64 / elapsed_s / n.visit;
+            n.cores_used = time_s / elapsed_s;
+            n.busy = time_s / n.p_eff / elapsed_s;
+            if n.disk && elements > 0 {
+                n.disk_bytes_per_root = disk_read as f64 / elements as f64 * n.visit;
+            }
+            if elements > 0 && busy_s > 0.0 {
+                let r1 = n.minibatches / busy_s;
+                if r1.is_finite() && r1 > 0.0 {
+                    n.r1 = Some(r1);
+                    n.sigma = amdahl::serial_share(busy_s, wait_s, n.p_eff);
+                    n.r1_eff = r1 * amdahl::single_thread_efficiency(busy_s, wait_s, n.p_eff);
+                }
+            }
+            if n.disk && elements > 0 {
+                n.io1 = finite_pos(n.minibatches / wall_s);
+            }
+        }
+        let mut model = Model {
+            input,
+            nodes,
+            cpu_source,
+            elapsed_s,
+            machine,
+            ranking: Vec::new(),
+            unbounded: Vec::new(),
+            notes,
+        };
+        let p_eff: Vec<f64> = model.nodes.iter().map(|n| n.p_eff).collect();
+        for u in model.order() {
+            let (cpu, io) = model.op_rates(u, &p_eff, &Scenario::default());
+            let limit = model.op_limit(u, cpu, io, false, p_eff[u]);
+            let n = &mut model.nodes[u];
+            n.cpu_rate = cpu;
+            n.io_rate = io;
+            n.max_rate = opt_min(cpu, io);
+            n.limit = limit;
+        }
+        let mut ranked: Vec<(f64, usize, usize)> = Vec::new();
+        for (pos, u) in model.order().into_iter().enumerate() {
+            let n = &model.nodes[u];
+            if !n.in_model || n.stale {
+                continue;
+            }
+            match n.max_rate {
+                Some(r) => ranked.push((r, pos, u)),
+                None => model.unbounded.push(u),
+            }
+        }
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        model.ranking = ranked.into_iter().map(|(_, _, u)| u).collect();
+        for (i, &u) in model.ranking.clone().iter().enumerate() {
+            model.nodes[u].rank = Some(i + 1);
+        }
+        if !model.unbounded.is_empty() {
+            let names: Vec<&str> = model
+                .unbounded
+                .iter()
+                .take(5)
+                .map(|&u| model.nodes[u].name.as_str())
+                .collect();
+            model.notes.push(format!(
+                "{} op(s) have no measured time or no elements and bound nothing ({}{})",
+                model.unbounded.len(),
+                names.join(", "),
+                if model.unbounded.len() > 5 {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ));
+        }
+        model
+    }
+
+    pub fn order(&self) -> Vec<usize> {
+        self.input.graph.order.clone()
+    }
+
+    pub fn graph(&self) -> &crate::graph::PipelineGraph {
+        &self.input.graph
+    }
+
+    /// Serial share in a scenario (0 once the wait is removed).
+    fn sigma(&self, u: usize, sc: &Scenario) -> f64 {
+        if sc.clear_wait.contains(&u) {
+            0.0
+        } else {
+            self.nodes[u].sigma
+        }
+    }
+
+    fn r_eff(&self, u: usize, sc: &Scenario) -> f64 {
+        let n = &self.nodes[u];
+        if sc.clear_wait.contains(&u) {
+            n.r1.unwrap_or(0.0)
+        } else {
+            n.r1_eff
+        }
+    }
+
+    /// CPU-side and I/O-side rate of an op at parallelism `p_eff[u]`.
+    fn op_rates(&self, u: usize, p_eff: &[f64], sc: &Scenario) -> (Option<f64>, Option<f64>) {
+        let n = &self.nodes[u];
+        if !n.in_model {
+            return (None, None);
+        }
+        let p = p_eff[u];
+        let cpu =
+            n.r1.map(|_| amdahl::rate(self.r_eff(u, sc), self.sigma(u, sc), p))
+                .and_then(finite_pos);
+        let io = n.io1.map(|r| r * p).and_then(finite_pos);
+        (cpu, io)
+    }
+
+    pub fn op_limit(
+        &self,
+        u: usize,
+        cpu: Option<f64>,
+        io: Option<f64>,
+        cleared: bool,
+        p: f64,
+    ) -> Limit {
+        let n = &self.nodes[u];
+        if let Some(io) = io {
+            let io_bound = match cpu {
+                None => true,
+                Some(c) => io * IO_WALL_FACTOR < c,
+            };
+            if io_bound {
+                return Limit::Io;
+            }
+        }
+        if !cleared && n.sigma > 0.0 {
+            if let (Some(c), Some(r1)) = (cpu, n.r1) {
+                if r1 * p >= c * CONTENTION_SLOWDOWN {
+                    return if n.gil_s >= n.lock_s {
+                        Limit::Gil
+                    } else {
+                        Limit::Lock
+                    };
+                }
+            }
+        }
+        if self.cpu_source == CpuSource::Wallclock && n.disk {
+            if let Some(st) = &n.stats {
+                if st.wall_ns > 0 && st.wait_ns as f64 >= 0.5 * st.wall_ns as f64 {
+                    return Limit::Io;
+                }
+            }
+        }
+        Limit::Cpu
+    }
+
+    /// Limit of an op in a scenario (its wait may have been removed).
+    pub fn limit_in(&self, u: usize, sc: &Scenario, p_eff: &[f64]) -> Limit {
+        let (cpu, io) = self.op_rates(u, p_eff, sc);
+        self.op_limit(u, cpu, io, sc.clear_wait.contains(&u), p_eff[u])
+    }
+
+    /// Parallelism of every op under a scenario's knob settings.
+    pub fn p_eff_in(&self, sc: &Scenario) -> Vec<f64> {
+        if sc.knobs.is_empty() {
+            return self.nodes.iter().map(|n| n.p_eff).collect();
+        }
+        let g = self.graph();
+        let mut p_eff = vec![1.0; self.nodes.len()];
+        let mut outer = vec![1.0; self.nodes.len()];
+        for &u in &g.order {
+            let inst = sc
+                .knobs
+                .get(&u)
+                .copied()
+                .unwrap_or(self.nodes[u].p_instance);
+            p_eff[u] = inst * outer[u];
+            for &c in &g.nodes[u].inputs {
+                outer[c] = outer[u];
+            }
+            for &f in &g.nodes[u].fn_roots {
+                outer[f] = if ops::is_interleave(&g.nodes[u].op) {
+                    p_eff[u]
+                } else {
+                    outer[u]
+                };
+            }
+        }
+        p_eff
+    }
+
+    /// Nodes that stop working under the scenario's caches.
+    pub fn removed_in(&self, sc: &Scenario) -> Vec<bool> {
+        let mut removed = vec![false; self.nodes.len()];
+        if sc.cached.is_empty() {
+            return removed;
+        }
+        let g = self.graph();
+        for &u in &g.order {
+            if sc.cached.contains(&u) || g.nodes[u].consumer.is_some_and(|c| removed[c]) {
+                removed[u] = true;
+            }
+        }
+        removed
+    }
+
+    /// Ops the LP and the evaluation work on: in the model, not stale, not
+    /// cached away, with a finite per-core rate.
+    fn active(&self, removed: &[bool]) -> Vec<usize> {
+        self.graph()
+            .order
+            .iter()
+            .copied()
+            .filter(|&u| {
+                let n = &self.nodes[u];
+                n.in_model && !n.stale && !removed[u] && n.r1.is_some()
+            })
+            .collect()
+    }
+
+    /// The most cores/threads the LP may give an op: the core count for ops
+    /// that take parallelism; past the useful point for an op that waits
+    /// (it never gets parallelism that cannot help); one core otherwise.
+    pub fn lp_cap(&self, u: usize, sc: &Scenario, p_eff: &[f64]) -> f64 {
+        let n = &self.nodes[u];
+        let cores = self.machine.cores.max(1.0);
+        if n.knob.is_none() {
+            return 1.0;
+        }
+        let sigma = self.sigma(u, sc);
+        if sigma > 0.0 {
+            amdahl::useful_parallelism(sigma)
+                .max(p_eff[u])
+                .clamp(1.0, cores)
+        } else {
+            cores
+        }
+    }
+
+    /// The LP optimum under a scenario: (solution, node of each item).
+    pub fn solve_lp(&self, sc: &Scenario) -> (LpSolution, Vec<usize>) {
+        let p_eff = self.p_eff_in(sc);
+        let removed = self.removed_in(sc);
+        let active = self.active(&removed);
+        let items: Vec<LpItem> = active
+            .iter()
+            .map(|&u| LpItem {
+                rate_per_core: self.r_eff(u, sc),
+                serial_share: self.sigma(u, sc),
+                cap: self.lp_cap(u, sc, &p_eff),
+            })
+            .collect();
+        (lp::solve(&items, self.machine.cores), active)
+    }
+
+    /// Integer parallelism per knob from an LP allocation: each op controlled
+    /// by a knob needs θ/p_eff times the knob's instance parallelism; the
+    /// knob takes the largest need, rounded up.
+    pub fn round_knobs(
+        &self,
+        sol: &LpSolution,
+        items: &[usize],
+        sc: &Scenario,
+    ) -> BTreeMap<usize, u32> {
+        let p_eff = self.p_eff_in(sc);
+        let mut out: BTreeMap<usize, u32> = BTreeMap::new();
+        for (&u, &theta) in items.iter().zip(&sol.theta) {
+            let Some(k) = self.nodes[u].knob else {
+                continue;
+            };
+            let inst = sc
+                .knobs
+                .get(&k)
+                .copied()
+                .unwrap_or(self.nodes[k].p_instance);
+            let need = if p_eff[u] > 0.0 {
+                theta * inst / p_eff[u]
+            } else {
+                theta
+            };
+            let v = lp::round_up(need);
+            let e = out.entry(k).or_insert(1);
+            *e = (*e).max(v);
+        }
+        out
+    }
+
+    /// Storage-bandwidth bound on the root rate, with the active readers'
+    /// bytes per root element.
+    pub fn disk_bound(&self, removed: &[bool], bandwidth: Option<f64>) -> (Option<f64>, f64) {
+        let bytes: f64 = self
+            .graph()
+            .order
+            .iter()
+            .filter(|&&u| {
+                let n = &self.nodes[u];
+                n.in_model && n.disk && !n.stale && !removed[u]
+            })
+            .map(|&u| self.nodes[u].disk_bytes_per_root)
+            .sum();
+        let bound = match bandwidth {
+            Some(bw) if bytes > 0.0 => finite_pos(bw / bytes),
+            _ => None,
+        };
+        (bound, bytes)
+    }
+
+    /// Rate of the pipeline under a scenario: the LP with each op capped at
+    /// its parallelism (so ops share the cores), the read streams, and the
+    /// storage bandwidth.
+    pub fn evaluate(&self, sc: &Scenario) -> Evaluation {
+        let p_eff = self.p_eff_in(sc);
+        let removed = self.removed_in(sc);
+        let active = self.active(&removed);
+        let items: Vec<LpItem> = active
+            .iter()
+            .map(|&u| LpItem {
+                rate_per_core: self.r_eff(u, sc),
+                serial_share: self.sigma(u, sc),
+                cap: p_eff[u],
+            })
+            .collect();
+        let sol = lp::solve(&items, self.machine.cores);
+        let mut rate = sol.rate;
+        let mut limiter = match sol.binding {
+            Binding::Cap(i) => Limiter::Op(active[i]),
+            Binding::Budget => Limiter::Cores,
+            Binding::Unbounded => Limiter::None,
+        };
+        for &u in &self.graph().order {
+            let n = &self.nodes[u];
+            if !n.in_model || n.stale || removed[u] {
+                continue;
+            }
+            if let Some(io) = n.io1.map(|r| r * p_eff[u]).and_then(finite_pos) {
+                if io < rate {
+                    rate = io;
+                    limiter = Limiter::Io(u);
+                }
+            }
+        }
+        let bw = sc.disk_bandwidth.or(self.machine.disk_bandwidth);
+        if let (Some(d), _) = self.disk_bound(&removed, bw) {
+            if d < rate {
+                rate = d;
+                limiter = Limiter::Disk;
+            }
+        }
+        Evaluation {
+            rate,
+            limiter,
+            cpu_rate: sol.rate,
+            theta: active
+                .iter()
+                .copied()
+                .zip(sol.theta.iter().copied())
+                .collect(),
+            p_eff,
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! What to change, in order, with the rate after each change.
+//!
+//! Starting from the pipeline as it is, repeatedly ask the model what bounds
+//! it and take the change that lifts exactly that:
+//! * an op on CPU: its parallelism from the LP (rounded up);
+//! * an op whose threads wait on a lock or the GIL: remove the wait (the
+//!   Amdahl cap means more threads cannot help);
+//! * a file reader waiting on storage: more parallel reads;
+//! * the storage bandwidth: the bandwidth the CPU-side rate needs.
+//!
+//! Each step's predicted rate is the model's rate with that change and the
+//! earlier ones applied. Changes that only help together are reported with
+//! the rate they reach together. Then the prefetch buffer (Little's law) and
+//! the cache, if it raises the rate.
+
+use crate::amdahl;
+use crate::cache::CacheAnalysis;
+use crate::fmt;
+use crate::guard::positive;
+use crate::model::{Evaluation, Limit, Limiter, Model, Scenario};
+use crate::ops;
+use crate::prefetch::PrefetchAnalysis;
+use crate::report::Recommendation;
+
+const MAX_STEPS: usize = 24;
+const MAX_STREAMS: f64 = 1024.0;
+/// Changes allowed in a row without a gain before giving up.
+const MAX_PENDING: usize = 4;
+
+#[derive(Debug, Clone)]
+enum Move {
+    Parallelism {
+        knob: usize,
+        value: u32,
+    },
+    Wait {
+        node: usize,
+    },
+    Streams {
+        knob: usize,
+        value: u32,
+    },
+    Bandwidth {
+        bytes_per_s: f64,
+        streams: Vec<(usize, u32)>,
+    },
+}
+
+impl Move {
+    /// Applies the move; false when it would change nothing.
+    fn apply(&self, m: &Model, sc: &mut Scenario) -> bool {
+        let cur =
+            |sc: &Scenario, k: usize| sc.knobs.get(&k).copied().unwrap_or(m.nodes[k].p_instance);
+        match self {
+            Move::Parallelism { knob, value } | Move::Streams { knob, value } => {
+                if f64::from(*value) <= cur(sc, *knob) + 1e-9 {
+                    return false;
+                }
+                sc.knobs.insert(*knob, f64::from(*value));
+                true
+            }
+            Move::Wait { node } => sc.clear_wait.insert(*node),
+            Move::Bandwidth {
+                bytes_per_s,
+                streams,
+            } => {
+                let before = sc
+                    .disk_bandwidth
+                    .or(m.machine.disk_bandwidth)
+                    .unwrap_or(0.0);
+                if *bytes_per_s <= before * (1.0 + 1e-9) {
+                    return false;
+                }
+                sc.disk_bandwidth = Some(*bytes_per_s);
+                for &(k, v) in streams {
+                    if f64::from(v) > cur(sc, k) {
+                        sc.knobs.insert(k, f64::from(v));
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+struct Step {
+    kind: &'static str,
+    node: String,
+    value: f64,
+    unit: &'static str,
+    why: String,
+}
+
+fn rate_opt(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+fn ceil_u32(x: f64, max: f64) -> u32 {
+    if !x.is_finite() {
+        return max as u32;
+    }
+    x.ceil().clamp(1.0, max) as u32
+}
+
+pub(crate) struct Outcome {
+    pub recommendations: Vec<Recommendation>,
+    pub notes: Vec<String>,
+}
+
+pub(crate) fn recommend(
+    m: &Model,
+    base: &Evaluation,
+    cache: &CacheAnalysis,
+    prefetch: &PrefetchAnalysis,
+) -> Outcome {
+    let mut recs: Vec<Recommendation> = Vec::new();
+    let mut notes = Vec::new();
+    let mut sc = Scenario::default();
+    let mut ev = base.clone();
+    let mut pending: Vec<Step> = Vec::new();
+    for _ in 0..MAX_STEPS {
+        let proposal = match ev.limiter {
+            Limiter::Op(u) => op_move(m, &sc, &ev, u),
+            Limiter::Io(u) => streams_move(m, &sc, &ev, u),
+            Limiter::Disk => bandwidth_move(m, &sc, &ev),
+            Limiter::Cores | Limiter::None => None,
+        };
+        let Some((mv, step)) = proposal else { break };
+        let mut next = sc.clone();
+        if !mv.apply(m, &mut next) {
+            break;
+        }
+        let ev2 = m.evaluate(&next);
+        pending.push(step);
+        if ev2.rate > ev.rate * (1.0 + 1e-9) {
+            for s in pending.drain(..) {
+                recs.push(Recommendation {
+                    kind: s.kind.into(),
+                    node: s.node,
+                    value: s.value,
+                    unit: s.unit.into(),
+                    predicted_rate: rate_opt(ev2.rate),
+                    why: s.why,
+                });
+            }
+        } else if pending.len() >= MAX_PENDING {
+            break;
+        }
+        sc = next;
+        ev = ev2;
+    }
+    // Where the changes stop, and why.
+    let last_rate = recs
+        .last()
+        .and_then(|r| r.predicted_rate)
+        .or(rate_opt(base.rate));
+    match ev.limiter {
+        Limiter::Cores => notes.push(format!(
+            "at {} every one of the {} cores is in use: only more cores, cheaper ops or a cache go further",
+            fmt::rate(last_rate),
+            fmt::count(m.machine.cores)
+        )),
+        Limiter::Op(u) if m.nodes[u].knob.is_none() => notes.push(format!(
+            "{} ({}) runs on one thread and bounds the pipeline at {}: it cannot be given more threads; make it cheaper or cache below it",
+            m.nodes[u].name,
+            m.nodes[u].op,
+            fmt::rate(last_rate)
+        )),
+        _ => {}
+    }
+
+    // Prefetch: makes the bound reachable, does not move it.
+    if prefetch.recommend() {
+        if let Some(at) = prefetch.at {
+            let name = &m.nodes[at].name;
+            let how = if prefetch.at_is_prefetch {
+                format!(
+                    "raise the buffer_size of {name} to at least {} (or tf.data.AUTOTUNE)",
+                    prefetch.add
+                )
+            } else {
+                format!("add .prefetch({}) right after {name}", prefetch.add)
+            };
+            recs.push(Recommendation {
+                kind: "prefetch".into(),
+                node: name.clone(),
+                value: f64::from(prefetch.add),
+                unit: "elements".into(),
+                predicted_rate: last_rate,
+                why: format!(
+                    "Little's law: {} × {} s of work per root element = {} elements must be in flight, {} are now; {how}",
+                    fmt::rate(Some(prefetch.rate)),
+                    fmt::num(prefetch.min_latency_s),
+                    fmt::num(prefetch.in_flight_needed),
+                    fmt::num(prefetch.in_flight)
+                ),
+            });
+        }
+    }
+
+    // Cache, when it raises the rate.
+    if let Some(c) = cache.candidate {
+        let mut with = sc.clone();
+        with.cached.insert(c);
+        let ev_c = m.evaluate(&with);
+        let before = ev.rate;
+        if ev_c.rate > before * 1.01 {
+            let removed = m.removed_in(&with).iter().filter(|&&r| r).count();
+            let size = cache.bytes[c].unwrap_or(0.0);
+            let blocked = cache
+                .blocked
+                .first()
+                .map(|&(b, r)| {
+                    format!(
+                        "; caching higher, after {}, would freeze the randomness of {}",
+                        m.nodes[b].name, m.nodes[r].name
+                    )
+                })
+                .unwrap_or_default();
+            recs.push(Recommendation {
+                kind: "cache".into(),
+                node: m.nodes[c].name.clone(),
+                value: size,
+                unit: "bytes".into(),
+                predicted_rate: rate_opt(ev_c.rate),
+                why: format!(
+                    "add .cache() right after {}: one pass of its output is about {}{}, within the {} budget (90% of memory) and nothing below it is random{blocked}; from the second epoch on its {} op(s) no longer run",
+                    m.nodes[c].name,
+                    fmt::bytes(size),
+                    cache.records[c]
+                        .map(|r| format!(" ({} elements)", fmt::big(r)))
+                        .unwrap_or_default(),
+                    fmt::bytes(cache.budget.unwrap_or(0.0)),
+                    removed
+                ),
+            });
+        } else {
+            notes.push(format!(
+                "a cache after {} would fit but not raise the rate: what bounds the pipeline is above it",
+                m.nodes[c].name
+            ));
+        }
+    }
+    Outcome {
+        recommendations: recs,
+        notes,
+    }
+}
+
+fn current_knob(m: &Model, sc: &Scenario, k: usize) -> f64 {
+    sc.knobs.get(&k).copied().unwrap_or(m.nodes[k].p_instance)
+}
+
+/// The op bounds the pipeline at its parallelism: remove its wait, or give
+/// it the LP's parallelism.
+fn op_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move, Step)> {
+    let n = &m.nodes[u];
+    // More threads first, as far as they help: for an op that waits, the
+    // LP caps it where another thread would add < 10%.
+    if let Some(mv) = parallelism_move(m, sc, ev, u) {
+        return Some(mv);
+    }
+    let limit = m.limit_in(u, sc, &ev.p_eff);
+    if matches!(limit, Limit::Gil | Limit::Lock) {
+        let what = if limit == Limit::Gil {
+            "the GIL"
+        } else {
+            "a lock"
+        };
+        let busy = n.time_s.max(0.0);
+        let wait = n.lock_s + n.gil_s;
+        let share = if busy + wait > 0.0 {
+            wait / (busy + wait)
+        } else {
+            0.0
+        };
+        let ceiling = if n.sigma > 0.0 {
+            n.r1_eff / n.sigma
+        } else {
+            f64::INFINITY
+        };
+        let useful = amdahl::useful_parallelism(n.sigma);
+        let fix = if limit == Limit::Gil {
+            "move the Python code out of the GIL (TensorFlow ops instead of tf.py_function/tf.numpy_function, or vectorise it)"
+        } else {
+            "remove the shared state the threads serialise on (a stateful op, a shared generator or resource)"
+        };
+        let why = format!(
+            "{}'s threads wait on {what} {} of their time: serial share σ = {} (Karp–Flatt at {} threads), so S(p) = p/(1+σ(p−1)) caps its speedup at {}× ({} at any parallelism) and past {} threads another adds < 10% — more parallelism cannot help; {fix}, then it scales with its threads",
+            n.name,
+            fmt::pct(share),
+            fmt::num(n.sigma),
+            fmt::count(ev.p_eff[u]),
+            fmt::num(1.0 / n.sigma.max(1e-12)),
+            fmt::rate(rate_opt(ceiling)),
+            fmt::count(useful),
+        );
+        return Some((
+            Move::Wait { node: u },
+            Step {
+                kind: if limit == Limit::Gil { "gil" } else { "lock" },
+                node: n.name.clone(),
+                value: n.sigma,
+                unit: "serial share",
+                why,
+            },
+        ));
+    }
+    None
+}
+
+fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move, Step)> {
+    let n = &m.nodes[u];
+    let k = n.knob?;
+    let (sol, items) = m.solve_lp(sc);
+    let knobs = m.round_knobs(&sol, &items, sc);
+    let v = *knobs.get(&k)?;
+    let cur = current_knob(m, sc, k);
+    if f64::from(v) <= cur + 1e-9 {
+        return None;
+    }
+    let theta = items
+        .iter()
+        .position(|&i| i == u)
+        .map(|i| sol.theta[i])
+        .unwrap_or(0.0);
+    let r1 = n.r1.unwrap_or(0.0);
+    let inside = if k != u {
+        format!(" (it runs inside {}'s function)", m.nodes[k].name)
+    } else {
+        String::new()
+    };
+    let sigma = if sc.clear_wait.contains(&u) {
+        0.0
+    } else {
+        n.sigma
+    };
+    let cap = if sigma > 0.0 {
+        format!(
+            "; its threads wait (σ = {}), so it is not given more than {} threads, past which another adds < 10%",
+            fmt::num(sigma),
+            fmt::count(amdahl::useful_parallelism(sigma))
+        )
+    } else {
+        String::new()
+    };
+    let why = format!(
+        "{}{inside} bounds the pipeline at {} on CPU: {} per core × {} thread(s); the LP over {} cores reaches {} giving it {} cores{cap} ⇒ set {} of {} to {v} (from {})",
+        n.name,
+        fmt::rate(rate_opt(ev.rate)),
+        fmt::rate(Some(r1)),
+        fmt::count(ev.p_eff[u]),
+        fmt::count(m.machine.cores),
+        fmt::rate(rate_opt(sol.rate)),
+        fmt::num(theta),
+        ops::knob_hint(&m.nodes[k].op),
+        m.nodes[k].name,
+        if ops::is_parallel(&m.nodes[k].op) || cur > 1.0 {
+            fmt::count(cur)
+        } else {
+            "1: it runs sequentially now".to_string()
+        },
+    );
+    Some((
+        Move::Parallelism { knob: k, value: v },
+        Step {
+            kind: "parallelism",
+            node: m.nodes[k].name.clone(),
+            value: f64::from(v),
+            unit: "threads",
+            why,
+        },
+    ))
+}
+
+/// A reader waits on storage: read more files at once, up to what the CPU
+/// side and the storage bandwidth allow.
+fn streams_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move, Step)> {
+    let n = &m.nodes[u];
+    let io_now = n.io1? * ev.p_eff[u];
+    let (sol, _) = m.solve_lp(sc);
+    let removed = m.removed_in(sc);
+    let bw = sc.disk_bandwidth.or(m.machine.disk_bandwidth);
+    let (disk, bytes) = m.disk_bound(&removed, bw);
+    let target = match (rate_opt(sol.rate), disk) {
+        (Some(c), Some(d)) => c.min(d),
+        (Some(c), None) => c,
+        (None, Some(d)) => d,
+        (None, None) => return None,
+    };
+    if !positive(io_now) || target <= io_now * (1.0 + 1e-9) {
+        return None;
+    }
+    let k = n.knob.unwrap_or(u);
+    let cur = current_knob(m, sc, k);
+    let v = ceil_u32(cur * target / io_now, MAX_STREAMS).max(ceil_u32(cur + 1.0, MAX_STREAMS));
+    let wait_share = if n.wall_s > 0.0 {
+        (1.0 - n.time_s / n.wall_s).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let how = if k == u {
+        format!("read its files with interleave(num_parallel_calls={v})")
+    } else {
+        format!(
+            "set {} of {} to {v} (from {})",
+            ops::knob_hint(&m.nodes[k].op),
+            m.nodes[k].name,
+            fmt::count(cur)
+        )
+    };
+    let limit_note = match disk {
+        Some(d) if d <= target * (1.0 + 1e-9) => format!(
+            "where the storage's {}/s caps it",
+            fmt::bytes(bw.unwrap_or(0.0))
+        ),
+        Some(_) => "where the CPU side caps it".to_string(),
+        None => "if the storage has bandwidth to spare: pass --disk-bandwidth to check".to_string(),
+    };
+    let why = format!(
+        "{} waits on storage {} of its time: {} read stream(s) deliver {} ({}/s); {} streams reach {}, {limit_note} ⇒ {how}",
+        n.name,
+        fmt::pct(wait_share),
+        fmt::count(ev.p_eff[u]),
+        fmt::rate(Some(io_now)),
+        fmt::bytes(io_now * bytes),
+        fmt::count(f64::from(v) * ev.p_eff[u] / cur.max(1e-9)),
+        fmt::rate(Some(target)),
+    );
+    Some((
+        Move::Streams { knob: k, value: v },
+        Step {
+            kind: "disk",
+            node: m.nodes[k].name.clone(),
+            value: f64::from(v),
+            unit: "parallel reads",
+            why,
+        },
+    ))
+}
+
+/// The storage bandwidth bounds the pipeline: the bandwidth the CPU side
+/// needs, with the read streams to use it.
+fn bandwidth_move(m: &Model, sc: &Scenario, ev: &Evaluation) -> Option<(Move, Step)> {
+    let (sol, _) = m.solve_lp(sc);
+    let target = rate_opt(sol.rate)?;
+    let removed = m.removed_in(sc);
+    let bw = sc.disk_bandwidth.or(m.machine.disk_bandwidth)?;
+    let (bound, bytes) = m.disk_bound(&removed, Some(bw));
+    let need = bytes * target;
+    if !positive(need - bw) {
+        return None;
+    }
+    let mut streams = Vec::new();
+    let mut reader = None;
+    for &u in &m.graph().order {
+        let n = &m.nodes[u];
+        if !n.in_model || !n.disk || n.stale || removed[u] {
+            continue;
+        }
+        if reader.is_none_or(|r: usize| n.disk_bytes_per_root > m.nodes[r].disk_bytes_per_root) {
+            reader = Some(u);
+        }
+        if let Some(io1) = n.io1 {
+            let io_now = io1 * ev.p_eff[u];
+            if io_now > 0.0 && io_now < target {
+                let k = n.knob.unwrap_or(u);
+                let cur = current_knob(m, sc, k);
+                streams.push((k, ceil_u32(cur * target / io_now, MAX_STREAMS)));
+            }
+        }
+    }
+    let reader = reader?;
+    let streams_note = if streams.is_empty() {
+        String::new()
+    } else {
+        let parts: Vec<String> = streams
+            .iter()
+            .map(|&(k, v)| format!("{} parallel reads on {}", v, m.nodes[k].name))
+            .collect();
+        format!(", with {}", parts.join(", "))
+    };
+    let why = format!(
+        "the storage's {}/s at {} per root element caps the pipeline at {}; the CPU side reaches {}, which needs {}/s{streams_note} — faster storage, smaller (compressed) records, or a cache",
+        fmt::bytes(bw),
+        fmt::bytes(bytes),
+        fmt::rate(bound),
+        fmt::rate(Some(target)),
+        fmt::bytes(need),
+    );
+    Some((
+        Move::Bandwidth {
+            bytes_per_s: need,
+            streams,
+        },
+        Step {
+            kind: "disk",
+            node: m.nodes[reader].name.clone(),
+            value: need,
+            unit: "bytes/s",
+            why,
+        },
+    ))
+}

@@ -1,0 +1,331 @@
+//! report.txt: the verdict first, then the ranked ops with the numbers
+//! behind the ranking, then what to change with the predicted rate after
+//! each change. Meant to be read in ten seconds.
+
+use std::fmt::Write as _;
+
+use crate::fmt;
+use crate::report::{NodeReport, Recommendation, Report};
+
+/// Rows of the ranked-ops table before "... N more".
+const MAX_ROWS: usize = 12;
+
+pub fn render_text(r: &Report) -> String {
+    let mut s = String::new();
+    let cpu = match r.cpu_source.as_str() {
+        "cpu_clock" => "thread CPU time",
+        _ => "wall time (no CPU time in the file)",
+    };
+    let _ = writeln!(
+        s,
+        "plumber-probe analysis: {} s window, {} cores ({}), rates from {cpu}",
+        fmt::num(r.elapsed_s),
+        fmt::count(r.machine.cores),
+        r.machine.cores_from
+    );
+    let _ = writeln!(
+        s,
+        "Rates are root elements per second (what the training loop receives)."
+    );
+    let _ = writeln!(s);
+
+    match &r.bottleneck {
+        Some(b) => {
+            let _ = writeln!(
+                s,
+                "BOTTLENECK  {} bounds the pipeline at {} — {}",
+                b.name,
+                fmt::rate(b.rate),
+                reason_word(&b.reason, &b.bound)
+            );
+            let _ = writeln!(s, "            {}", b.why);
+        }
+        None => {
+            let _ = writeln!(s, "BOTTLENECK  none found: no op has measured time");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "            observed {} · model {}",
+        fmt::rate(Some(r.observed_rate)),
+        fmt::rate(r.predicted_rate)
+    );
+    let _ = writeln!(s);
+
+    ranked_table(&mut s, r);
+    let _ = writeln!(s);
+
+    let _ = writeln!(s, "WHAT TO CHANGE");
+    if r.recommendations.is_empty() {
+        let _ = writeln!(s, "  nothing the model can improve");
+    }
+    for (i, rec) in r.recommendations.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  {}. {:<11} {} {}  ⇒ {}",
+            i + 1,
+            rec.kind,
+            rec.node,
+            value_text(rec),
+            fmt::rate(rec.predicted_rate)
+        );
+        let _ = writeln!(s, "     {}", rec.why);
+    }
+    let _ = writeln!(s);
+
+    let lp = &r.lp;
+    // The six largest allocations, without sorting them all.
+    let mut top: Vec<(&String, f64)> = Vec::with_capacity(7);
+    for (n, &t) in &lp.allocation {
+        if top.len() < 6 || top.last().is_some_and(|l| t > l.1) {
+            top.push((n, t));
+            top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            top.truncate(6);
+        }
+    }
+    let shown: Vec<String> = top
+        .iter()
+        .map(|(n, t)| format!("{n} {}", fmt::num(*t)))
+        .collect();
+    let more = if lp.allocation.len() > 6 {
+        format!(", ... {} more", lp.allocation.len() - 6)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        s,
+        "LP          {} with {} cores (bound by {}): {}{more}",
+        fmt::rate(lp.rate),
+        fmt::count(lp.cores),
+        binding_text(&lp.binding),
+        if shown.is_empty() {
+            "no op to allocate".to_string()
+        } else {
+            shown.join(", ")
+        }
+    );
+    // Rounded parallelism where it differs from the current one.
+    let current: std::collections::HashMap<&str, f64> = r
+        .nodes
+        .iter()
+        .filter(|n| lp.parallelism.contains_key(&n.measured.name))
+        .map(|n| (n.measured.name.as_str(), n.model_parallelism))
+        .collect();
+    let changed: Vec<String> = lp
+        .parallelism
+        .iter()
+        .filter_map(|(n, v)| {
+            let cur = current.get(n.as_str()).copied().unwrap_or(1.0);
+            ((f64::from(*v) - cur).abs() > 1e-9).then(|| format!("{n} {} → {v}", fmt::count(cur)))
+        })
+        .collect();
+    if !changed.is_empty() {
+        let _ = writeln!(
+            s,
+            "            rounded: {}{} ⇒ {} (CPU only)",
+            changed
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if changed.len() > 8 { ", ..." } else { "" },
+            fmt::rate(lp.rounded_rate)
+        );
+    }
+
+    let u = &r.utilisation;
+    let disk = match (u.disk, r.machine.disk_bandwidth) {
+        (Some(d), Some(bw)) => format!(
+            "disk {}/s = {} of {}/s (allows {})",
+            fmt::bytes(u.disk_throughput),
+            fmt::pct(d),
+            fmt::bytes(bw),
+            fmt::rate(u.disk_bound_rate)
+        ),
+        _ if u.disk_bytes_read > 0.0 => format!(
+            "disk {}/s (bandwidth unknown)",
+            fmt::bytes(u.disk_throughput)
+        ),
+        _ => "no disk reads".to_string(),
+    };
+    let _ = writeln!(
+        s,
+        "UTILISATION CPU {} ({} of {} cores) · {disk}",
+        fmt::pct(u.cpu),
+        fmt::num(u.cores_used),
+        fmt::count(r.machine.cores)
+    );
+
+    let c = &r.cache;
+    let cache_line = match (&c.node, c.size_bytes) {
+        (Some(n), Some(b)) => format!(
+            "after {n}: about {} of a {} budget",
+            fmt::bytes(b),
+            fmt::bytes(c.budget_bytes.unwrap_or(0.0))
+        ),
+        _ => format!(
+            "no candidate: {}",
+            c.reason.clone().unwrap_or_else(|| "none".into())
+        ),
+    };
+    let _ = writeln!(s, "CACHE       {cache_line}");
+    for b in c.blocked_by.iter().take(3) {
+        if b.node == b.random {
+            let _ = writeln!(
+                s,
+                "            not after {}: it fits, but is random itself",
+                b.node
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "            not after {}: it fits, but {} below it is random",
+                b.node, b.random
+            );
+        }
+    }
+    let p = &r.prefetch;
+    let _ = writeln!(
+        s,
+        "PREFETCH    {} in flight needed at {} (Σ 1/R1 = {} s), {} now{}",
+        fmt::num(p.in_flight_needed),
+        fmt::rate(Some(p.rate)),
+        fmt::num(p.min_latency_s),
+        fmt::num(p.in_flight),
+        match (p.add, &p.at) {
+            (0, _) => String::new(),
+            (1, Some(at)) if p.at_is_prefetch => format!(": add 1, which {at} covers"),
+            (k, _) => format!(": add {k}"),
+        }
+    );
+
+    if !r.notes.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "NOTES");
+        for n in &r.notes {
+            let _ = writeln!(s, "  - {n}");
+        }
+    }
+    s
+}
+
+fn visit(v: f64) -> String {
+    fmt::count(v)
+}
+
+fn binding_text(b: &str) -> String {
+    match b.strip_prefix("cap:") {
+        Some(n) => format!("{n}'s parallelism cap"),
+        None if b == "cores" => "the core budget".into(),
+        None => b.into(),
+    }
+}
+
+fn reason_word(reason: &str, bound: &str) -> String {
+    let r = match reason {
+        "cpu" => "CPU",
+        "io" => "I/O",
+        "lock" => "lock",
+        "gil" => "GIL",
+        other => other,
+    };
+    match bound {
+        "cores" => format!("{r} (all cores busy)"),
+        "disk" => format!("{r} (storage bandwidth)"),
+        _ => r.to_string(),
+    }
+}
+
+fn value_text(rec: &Recommendation) -> String {
+    match rec.unit.as_str() {
+        "threads" => format!("→ {} threads", fmt::count(rec.value)),
+        "parallel reads" => format!("→ {} parallel reads", fmt::count(rec.value)),
+        "bytes/s" => format!("needs {}/s", fmt::bytes(rec.value)),
+        "serial share" => format!("(σ = {})", fmt::num(rec.value)),
+        "elements" => format!("buffer {}", fmt::count(rec.value)),
+        "bytes" => format!("≈ {}", fmt::bytes(rec.value)),
+        _ => fmt::num(rec.value),
+    }
+}
+
+fn ranked_table(s: &mut String, r: &Report) {
+    let _ = writeln!(s, "RANKED OPS (lowest max rate first)");
+    let shown: std::collections::HashSet<&str> = r
+        .ranking
+        .iter()
+        .take(MAX_ROWS)
+        .map(String::as_str)
+        .collect();
+    let by_name: std::collections::HashMap<&str, &NodeReport> = r
+        .nodes
+        .iter()
+        .filter(|n| shown.contains(n.measured.name.as_str()))
+        .map(|n| (n.measured.name.as_str(), n))
+        .collect();
+    let header = [
+        "#", "op", "limit", "visit", "per core", "threads", "max rate", "observed", "cores",
+    ];
+    let mut rows: Vec<[String; 9]> = Vec::new();
+    for (i, name) in r.ranking.iter().take(MAX_ROWS).enumerate() {
+        let Some(n) = by_name.get(name.as_str()) else {
+            continue;
+        };
+        rows.push([
+            (i + 1).to_string(),
+            name.clone(),
+            n.limited_by.clone(),
+            visit(n.visit_ratio),
+            fmt::rate(n.rate_per_core),
+            fmt::count(n.model_parallelism),
+            fmt::rate(n.max_rate),
+            fmt::rate(Some(n.observed_rate)),
+            fmt::num(n.cores_used),
+        ]);
+    }
+    let mut w = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (i, c) in row.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::from(" ");
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i].saturating_sub(c.chars().count());
+            l.push(' ');
+            l.push_str(c);
+            if i + 1 < cells.len() {
+                l.push_str(&" ".repeat(pad + 1));
+            }
+        }
+        l
+    };
+    let _ = writeln!(s, "{}", line(&header.map(String::from)));
+    for row in &rows {
+        let _ = writeln!(s, "{}", line(row));
+    }
+    if r.ranking.len() > MAX_ROWS {
+        let _ = writeln!(
+            s,
+            "   ... {} more op(s) in report.json",
+            r.ranking.len() - MAX_ROWS
+        );
+    }
+    let unbounded: Vec<&str> = r
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.rank.is_none() && !n.stale && n.max_rate.is_none() && !n.measured.op.is_empty()
+        })
+        .map(|n| n.measured.name.as_str())
+        .take(6)
+        .collect();
+    if !unbounded.is_empty() {
+        let _ = writeln!(
+            s,
+            "   not ranked (no time measured or no stats): {}",
+            unbounded.join(", ")
+        );
+    }
+}

@@ -1,0 +1,233 @@
+//! The report (report.json): the measured fields (owned by the collector,
+//! embedded unchanged with `#[serde(flatten)]`) plus the analyzer's.
+//! Documented field by field in docs/report-json-analyzer.md.
+
+use std::collections::BTreeMap;
+
+use plumber_collector::report::{MeasuredNode, MeasuredReport, ReportDrop, Target, Window};
+use serde::{Deserialize, Serialize};
+
+/// The top-level measured fields: `MeasuredReport` less its `nodes`, which
+/// the analyzer's per-node entries embed instead. Keep in step with
+/// `MeasuredReport` (the names are the collector's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct MeasuredSummary {
+    pub target: Target,
+    pub mode: String,
+    pub window: Window,
+    pub drops: Vec<ReportDrop>,
+}
+
+impl MeasuredSummary {
+    pub fn split(m: MeasuredReport) -> (MeasuredSummary, Vec<MeasuredNode>) {
+        (
+            MeasuredSummary {
+                target: m.target,
+                mode: m.mode,
+                window: m.window,
+                drops: m.drops,
+            },
+            m.nodes,
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Report {
+    #[serde(flatten)]
+    pub measured: MeasuredSummary,
+    /// "cpu_clock" (thread CPU time, Plumber's model) or "wallclock" (wall
+    /// time, when the file has no CPU time).
+    pub cpu_source: String,
+    /// Window length the counters cover, seconds.
+    pub elapsed_s: f64,
+    pub machine: MachineReport,
+    /// Root elements per second the pipeline delivered.
+    pub observed_rate: f64,
+    /// Root elements per second the model predicts for the pipeline as it
+    /// is (null: nothing bounds it).
+    pub predicted_rate: Option<f64>,
+    pub bottleneck: Option<Bottleneck>,
+    pub utilisation: Utilisation,
+    pub lp: LpReport,
+    pub cache: CacheReport,
+    pub prefetch: PrefetchReport,
+    /// What to change, in order; each `predicted_rate` assumes this and
+    /// every earlier recommendation applied.
+    pub recommendations: Vec<Recommendation>,
+    /// Op names, lowest max rate first.
+    pub ranking: Vec<String>,
+    /// Assumptions and fallbacks the analysis made.
+    pub notes: Vec<String>,
+    pub nodes: Vec<NodeReport>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct MachineReport {
+    pub cores: f64,
+    /// "file", "override", "threadpool" or "assumed".
+    pub cores_from: String,
+    /// Memory the cache budget is taken from, bytes.
+    pub memory_bytes: Option<f64>,
+    pub memory_from: String,
+    /// Storage bandwidth, bytes/s (null: unknown).
+    pub disk_bandwidth: Option<f64>,
+    pub disk_bandwidth_from: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Bottleneck {
+    pub name: String,
+    pub op: String,
+    /// "cpu", "io", "lock" or "gil".
+    pub reason: String,
+    /// What bounds the pipeline: "op" (the op at its parallelism), "io"
+    /// (its read streams), "disk" (storage bandwidth) or "cores" (the core
+    /// budget).
+    pub bound: String,
+    pub rate: Option<f64>,
+    pub why: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Utilisation {
+    /// CPU time of the pipeline's ops / (cores × window), a ratio.
+    pub cpu: f64,
+    pub cores_used: f64,
+    /// Process CPU time / (cores × window), when the file has it.
+    pub process_cpu: Option<f64>,
+    /// Disk throughput / bandwidth, a ratio (null: bandwidth unknown).
+    pub disk: Option<f64>,
+    pub disk_throughput: f64,
+    pub disk_bytes_read: f64,
+    pub disk_bytes_per_root_element: f64,
+    /// Rate the storage bandwidth allows (null: unknown).
+    pub disk_bound_rate: Option<f64>,
+    /// 1 − free/total, when the file has both.
+    pub memory: Option<f64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LpReport {
+    /// X*, the LP optimum (CPU only), root elements/s; null: unbounded.
+    pub rate: Option<f64>,
+    pub cores: f64,
+    /// `cores` (the budget binds) or `cap:NODE` (that op's cap binds).
+    pub binding: String,
+    /// Node name -> cores θ.
+    pub allocation: BTreeMap<String, f64>,
+    /// Knob node -> integer parallelism (θ rounded up), for ops that take
+    /// parallelism.
+    pub parallelism: BTreeMap<String, u32>,
+    /// Rate with the rounded parallelism (CPU only).
+    pub rounded_rate: Option<f64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct CacheBlock {
+    /// Op whose output fits but cannot be cached.
+    pub node: String,
+    /// The random op below it.
+    pub random: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct CacheReport {
+    pub budget_bytes: Option<f64>,
+    pub working_set_bytes: Option<f64>,
+    /// Op to cache after (the one closest to the root that fits).
+    pub node: Option<String>,
+    pub size_bytes: Option<f64>,
+    pub blocked_by: Vec<CacheBlock>,
+    pub existing: Option<String>,
+    /// Why there is no candidate.
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct PrefetchReport {
+    /// Σ 1/R1: CPU seconds one root element takes through every op.
+    pub min_latency_s: f64,
+    pub rate: f64,
+    pub in_flight_needed: f64,
+    pub in_flight: f64,
+    pub add: u32,
+    /// Op above which the buffer goes.
+    pub at: Option<String>,
+    /// `at` is already a PrefetchDataset (its buffer is raised, never
+    /// shrunk).
+    pub at_is_prefetch: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Recommendation {
+    /// "parallelism", "gil", "lock", "disk", "prefetch" or "cache".
+    pub kind: String,
+    pub node: String,
+    pub value: f64,
+    /// Unit of `value`: "threads", "serial share", "parallel reads",
+    /// "bytes/s", "elements" or "bytes".
+    pub unit: String,
+    /// Root elements/s after this and every earlier recommendation (null:
+    /// unbounded).
+    pub predicted_rate: Option<f64>,
+    pub why: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Contention {
+    pub lock_wait_s: f64,
+    pub gil_wait_s: f64,
+    /// Share of the op's thread time spent waiting.
+    pub wait_share: f64,
+    /// Amdahl serial share σ.
+    pub serial_share: f64,
+    /// 1/σ.
+    pub max_speedup: Option<f64>,
+    /// Threads past which another adds < 10% of one thread's rate.
+    pub useful_parallelism: Option<f64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct NodeReport {
+    #[serde(flatten)]
+    pub measured: MeasuredNode,
+    /// Dataset inputs (names).
+    pub inputs: Vec<String>,
+    /// Top datasets built by this op's functions.
+    pub function_inputs: Vec<String>,
+    /// FunctionDef the op lives in (null: top-level graph).
+    pub function: Option<String>,
+    pub source: bool,
+    pub stale: bool,
+    pub random: bool,
+    /// This op's output elements per root element.
+    pub visit_ratio: f64,
+    /// R1: root elements/s one core running only this op sustains.
+    pub rate_per_core: Option<f64>,
+    /// Parallelism the model uses (per op; × the enclosing interleave's).
+    pub model_parallelism: f64,
+    /// Rate at that parallelism, root elements/s (null: unbounded).
+    pub max_rate: Option<f64>,
+    pub observed_rate: f64,
+    /// Rate the edge out of this op can carry: lowest max rate in its
+    /// subtree.
+    pub edge_rate: Option<f64>,
+    /// "cpu", "io", "lock" or "gil"; "none" when the op has no rate (no
+    /// stats, no time or no elements).
+    pub limited_by: String,
+    /// Position in the ranking (1 = bottleneck op).
+    pub rank: Option<usize>,
+    /// Seconds of the chosen time (cpu_source) over the window.
+    pub time_s: f64,
+    pub cores_used: f64,
+    /// Busy share per thread (Plumber's p_busy).
+    pub busy: f64,
+    /// File readers: rate including storage wait at the op's parallelism.
+    pub io_rate: Option<f64>,
+    pub contention: Option<Contention>,
+    /// Estimated bytes of the op's output over one pass.
+    pub materialized_bytes: Option<f64>,
+    /// Cores the LP gives the op.
+    pub lp_cores: Option<f64>,
+}
