@@ -44,6 +44,15 @@ enum Command {
     Record(RecordArgs),
     /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
     Analyze(output::AnalyzeArgs),
+    /// Rebuild stats.pb and the reports from an events.jsonl saved with
+    /// --save-events (no target, no privileges).
+    Replay {
+        /// events.jsonl of a recording.
+        events: PathBuf,
+        /// Output directory.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Show what plumber-probe derives from a process's TensorFlow build
     /// (libraries, version, object layout, probe points) as JSON, without
     /// attaching anything.
@@ -102,6 +111,7 @@ fn main() -> ExitCode {
         (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
+        (Some(Command::Replay { events, output }), _) => output::run_replay(&events, &output),
         (None, None) => {
             eprintln!("plumber-probe: nothing to do; try `sudo plumber-probe --pid PID` or `plumber-probe --help`");
             return ExitCode::from(2);
@@ -130,11 +140,16 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
         mode: r.mode,
         discovery_timeout: Duration::from_secs_f64(r.wait.max(0.1)),
         quiet: r.quiet,
+        save_events: None,
     };
     let out = r.output.unwrap_or_else(|| record::default_output(r.pid));
     output::prepare_dir(&out)?;
+    let opts = RecordOpts {
+        save_events: r.save_events.then(|| out.join("events.jsonl")),
+        ..opts
+    };
     let rec = record::record(&opts)?;
-    output::write_recording(&out, &rec, r.save_events)
+    output::write_recording(&out, rec)
 }
 
 fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {

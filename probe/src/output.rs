@@ -50,13 +50,40 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn write_recording(out: &Path, rec: &Recording, save_events: bool) -> Result<ExitCode> {
-    if save_events {
-        plumber_collector::eventfile::write_events(out.join("events.jsonl"), rec.events.iter())
-            .context("writing events.jsonl")?;
+pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
+    let (mode, ttfd, cache_hit, partial, reason) =
+        (rec.mode, rec.time_to_first_data, rec.cache_hit, rec.partial, rec.reason.clone());
+    let collected = rec.sink.finish()?;
+    write_collected(out, &collected)?;
+    println!(
+        "mode: {} | window {:.1} s | time to first data {:.2} s{}",
+        mode,
+        collected.window.duration_ns() as f64 / 1e9,
+        ttfd,
+        if cache_hit { " (layout cache hit)" } else { "" }
+    );
+    if partial {
+        println!("PARTIAL: the recording ended early ({reason}); the window covers what was observed");
     }
-    let collected = plumber_collector::collect(rec.events.iter().cloned())
-        .context("no usable observations were made; nothing written")?;
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `replay`: a saved events.jsonl through the collector and the analyzer,
+/// with no target and no privileges.
+pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
+    let evs = plumber_collector::eventfile::read_events(events).map_err(|e| usage(e.to_string()))?;
+    let collected = plumber_collector::collect(evs)
+        .map_err(|e| usage(format!("{}: {e}", events.display())))?;
+    prepare_dir(out)?;
+    write_collected(out, &collected)?;
+    println!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// stats.pb, the analysis outputs (or the measured report.json when the
+/// analysis is not possible), the table, the report text and any drops.
+fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
     statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
     // The analysis runs on what stats.pb holds, exactly as `analyze` would.
     let analysis = plumber_analyzer::analyze(&collected.snapshot, &plumber_analyzer::MachineOverrides::default());
@@ -77,13 +104,6 @@ pub fn write_recording(out: &Path, rec: &Recording, save_events: bool) -> Result
     if let Some(t) = text {
         println!("{t}");
     }
-    println!(
-        "mode: {} | window {:.1} s | time to first data {:.2} s{}",
-        rec.mode,
-        collected.window.duration_ns() as f64 / 1e9,
-        rec.time_to_first_data,
-        if rec.cache_hit { " (layout cache hit)" } else { "" }
-    );
     let dropped: Vec<String> = collected
         .snapshot
         .probe_drops
@@ -94,22 +114,7 @@ pub fn write_recording(out: &Path, rec: &Recording, save_events: bool) -> Result
     if !dropped.is_empty() {
         println!("dropped: {}", dropped.join(", "));
     }
-    if rec.partial {
-        println!("PARTIAL: the recording ended early ({}); the window covers what was observed", end_reason(rec));
-    }
-    println!("wrote {}", out.display());
-    Ok(ExitCode::SUCCESS)
-}
-
-fn end_reason(rec: &Recording) -> String {
-    rec.events
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            plumber_collector::event::Event::End { reason, .. } => Some(reason.clone()),
-            _ => None,
-        })
-        .unwrap_or_default()
+    Ok(())
 }
 
 #[derive(Args, Debug)]

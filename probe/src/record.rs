@@ -5,13 +5,18 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{IsTerminal, Write};
 use std::mem::MaybeUninit;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use plumber_collector::event::{Drop as DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo};
+use plumber_collector::eventfile::EventWriter;
+use plumber_collector::window::Aggregator;
+use plumber_collector::Collected;
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Derived};
@@ -40,10 +45,53 @@ pub struct RecordOpts {
     /// How long to wait for the pipeline to produce its first element.
     pub discovery_timeout: Duration,
     pub quiet: bool,
+    /// Also write every observation here (JSON lines).
+    pub save_events: Option<PathBuf>,
+}
+
+/// Where observations go as they are made: the collector's aggregator
+/// (constant memory however long the recording) and, with --save-events,
+/// a JSON-lines file written as we go.
+pub struct EventSink {
+    agg: Aggregator,
+    file: Option<EventWriter<BufWriter<File>>>,
+}
+
+impl EventSink {
+    pub fn new(save_to: Option<&Path>) -> Result<Self> {
+        let file = save_to.map(EventWriter::create).transpose()?;
+        Ok(EventSink {
+            agg: Aggregator::new(),
+            file,
+        })
+    }
+
+    pub fn push(&mut self, e: Event) -> Result<()> {
+        if let Some(f) = &mut self.file {
+            f.write(&e)?;
+        }
+        self.agg.push(e);
+        Ok(())
+    }
+
+    /// The window totals and the stats.pb snapshot built from them.
+    pub fn finish(mut self) -> Result<Collected> {
+        if let Some(f) = &mut self.file {
+            f.flush()?;
+        }
+        let window = self
+            .agg
+            .finish()
+            .context("no usable observations were made; nothing written")?;
+        let snapshot = plumber_collector::snapshot::build_snapshot(&window);
+        Ok(Collected { window, snapshot })
+    }
 }
 
 pub struct Recording {
-    pub events: Vec<Event>,
+    pub sink: EventSink,
+    /// Why the recording ended.
+    pub reason: String,
     pub mode: &'static str,
     pub partial: bool,
     /// Seconds from start to the first poll with data.
@@ -190,16 +238,16 @@ fn retired_to_event(e: &RetiredEvent) -> NodeRetired {
 
 /// Moves retired-node events into the event list; an event whose node could
 /// not be read in BPF has no trustworthy counters and is counted instead.
-fn push_retired(events: &mut Vec<Event>, retired: &RefCell<Vec<RetiredEvent>>) -> u64 {
+fn push_retired(sink: &mut EventSink, retired: &RefCell<Vec<RetiredEvent>>) -> Result<u64> {
     let mut unreadable = 0;
     for e in retired.borrow_mut().drain(..) {
         if e.flags & bpf::types::FLAG_READ_FAILED != 0 {
             unreadable += 1;
         } else {
-            events.push(Event::Retired(retired_to_event(&e)));
+            sink.push(Event::Retired(retired_to_event(&e)))?;
         }
     }
-    unreadable
+    Ok(unreadable)
 }
 
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
@@ -228,7 +276,8 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let mut obj = MaybeUninit::uninit();
     let bpf = Bpf::load(&mut obj, opts.pid, &layout)?;
     let mut rec = Recording {
-        events: Vec::new(),
+        sink: EventSink::new(opts.save_events.as_deref())?,
+        reason: String::new(),
         mode: if use_model { "model" } else { "uprobes" },
         partial: false,
         time_to_first_data: 0.0,
@@ -247,8 +296,9 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     } else {
         ctx.run_uprobes(&mut rec)
     };
-    // Whatever happened, the BPF links are dropped here (detach), and what
-    // was observed so far is returned for writing.
+    // The BPF links and programs are released when `bpf` drops, on success
+    // and on error alike. On error nothing is written: a recording that
+    // failed is not presented as a result.
     outcome?;
     Ok(rec)
 }
@@ -285,10 +335,10 @@ impl Ctx<'_, '_> {
     /// Attaches the GetNext probe until the pipeline runs, then detaches it.
     /// Returns the iterator pointers seen, with their GetNext call counts.
     fn discover(&self) -> Result<Vec<(u64, u64)>> {
+        self.bpf.clear_seen_iterators();
         let link = self
             .bpf
             .attach_discovery(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
-        self.bpf.clear_seen_iterators();
         let t0 = Instant::now();
         let mut first_hit: Option<Instant> = None;
         loop {
@@ -334,9 +384,11 @@ impl Ctx<'_, '_> {
         let retired = Rc::new(RefCell::new(Vec::new()));
         let bad = Rc::new(RefCell::new(0u64));
         let rb = self.bpf.retired_reader(retired.clone(), bad.clone())?;
-        rec.events.push(Event::Target(target_info(self.target, "model")));
+        rec.sink.push(Event::Target(target_info(self.target, "model")))?;
 
-        let mut roots: Vec<u64> = Vec::new();
+        // The recorded pipeline's root node (address, id): the id tells a
+        // freed-and-reused address from the node we found.
+        let mut root: Option<(u64, i64)> = None;
         // Model node -> its iterator, for the parallelism knob.
         let mut iter_of: HashMap<u64, u64> = HashMap::new();
         let mut invalid_nodes = 0u64;
@@ -349,7 +401,7 @@ impl Ctx<'_, '_> {
             last_root: None,
         };
         let stop = loop {
-            if roots.is_empty() {
+            if root.is_none() {
                 let iters = match self.discover() {
                     Ok(i) => i,
                     Err(e) if window_start.is_some() => {
@@ -379,8 +431,8 @@ impl Ctx<'_, '_> {
                 if calls.len() > 1 {
                     info!(pipelines = calls.len(), "several pipelines run in the target; recording the busiest");
                 }
-                roots.push(busiest);
-                debug!(?roots, iterators = iter_of.len(), "discovered pipelines");
+                root = reader.node(busiest).ok().map(|n| (busiest, n.id));
+                debug!(?root, iterators = iter_of.len(), "discovered pipelines");
             }
             // On Ctrl-C or at the deadline take one last poll, so the
             // window ends where the user asked; a dead target cannot be read.
@@ -391,19 +443,19 @@ impl Ctx<'_, '_> {
             let (mono_ns, wall_ns) = now_ns();
             let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
             let mut nodes = Vec::new();
-            let mut live_roots = Vec::new();
-            for &r in &roots {
-                match reader.walk(r) {
-                    Ok((mut obs, skipped)) if obs.first().is_some_and(|n| n.parent.is_none()) => {
+            if let Some((addr, id)) = root {
+                match reader.walk(addr) {
+                    Ok((mut obs, skipped)) if obs.first().is_some_and(|n| n.parent.is_none() && n.id == id) => {
                         invalid_nodes += skipped;
                         self.fill_parallelism(&mut obs, &iter_of, &iter_layout);
-                        nodes.extend(obs);
-                        live_roots.push(r);
+                        nodes = obs;
                     }
-                    _ => debug!(root = r, "pipeline root gone"),
+                    _ => {
+                        debug!(root = addr, "pipeline root gone");
+                        root = None;
+                    }
                 }
             }
-            roots = live_roots;
             if nodes.is_empty() {
                 if let Some(stop) = stopping {
                     break stop;
@@ -414,14 +466,14 @@ impl Ctx<'_, '_> {
                 continue;
             }
             bpf::drain(&rb);
-            unreadable += push_retired(&mut rec.events, &retired);
+            unreadable += push_retired(&mut rec.sink, &retired)?;
             let root_elems = nodes.first().map(|n| n.counters.num_elements);
-            rec.events.push(Event::Poll(Poll {
+            rec.sink.push(Event::Poll(Poll {
                 mono_ns,
                 wall_ns,
                 process_cpu_ns: cpu,
                 nodes,
-            }));
+            }))?;
             if window_start.is_none() {
                 window_start = Some(Instant::now());
                 rec.time_to_first_data = self.started.elapsed().as_secs_f64();
@@ -435,7 +487,7 @@ impl Ctx<'_, '_> {
         };
         progress.done();
         bpf::drain(&rb);
-        unreadable += push_retired(&mut rec.events, &retired);
+        unreadable += push_retired(&mut rec.sink, &retired)?;
         drop(remove_link);
         let mut drops = self.bpf_drops()?;
         drops.push(DropCount {
@@ -450,9 +502,8 @@ impl Ctx<'_, '_> {
             what: "malformed_ringbuf_records".into(),
             count: *bad.borrow(),
         });
-        rec.events.push(Event::Drops { drops });
-        self.finish(stop, rec);
-        Ok(())
+        rec.sink.push(Event::Drops { drops })?;
+        self.finish(stop, rec)
     }
 
     fn sleep_interval(&self, window_start: Option<Instant>) {
@@ -507,17 +558,18 @@ impl Ctx<'_, '_> {
             .collect())
     }
 
-    fn finish(&self, stop: Stop, rec: &mut Recording) {
+    fn finish(&self, stop: Stop, rec: &mut Recording) -> Result<()> {
         let (partial, reason) = match stop {
             Stop::Duration => (false, "duration reached"),
             Stop::Signal => (self.opts.duration.is_some(), "interrupted"),
             Stop::TargetExited => (true, "target exited"),
         };
         rec.partial = partial;
-        rec.events.push(Event::End {
+        rec.reason = reason.to_string();
+        rec.sink.push(Event::End {
             partial,
             reason: reason.into(),
-        });
+        })
     }
 
     /// Fallback: per-call GetNext probes, per-iterator counts; structure from
@@ -530,7 +582,7 @@ impl Ctx<'_, '_> {
         let _links = self
             .bpf
             .attach_getnext_counting(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
-        rec.events.push(Event::Target(target_info(self.target, "uprobes")));
+        rec.sink.push(Event::Target(target_info(self.target, "uprobes")))?;
         let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
         let mut window_start = None;
         let mut progress = Progress {
@@ -599,12 +651,12 @@ impl Ctx<'_, '_> {
             // Root first, as the model walk does.
             nodes.sort_by_key(|n| n.path.matches("::").count());
             let root_elems = nodes.first().map(|n| n.counters.num_elements);
-            rec.events.push(Event::Poll(Poll {
+            rec.sink.push(Event::Poll(Poll {
                 mono_ns,
                 wall_ns,
                 process_cpu_ns: cpu,
                 nodes,
-            }));
+            }))?;
             if window_start.is_none() {
                 window_start = Some(Instant::now());
                 rec.time_to_first_data = self.started.elapsed().as_secs_f64();
@@ -617,9 +669,8 @@ impl Ctx<'_, '_> {
             self.sleep_interval(window_start);
         };
         progress.done();
-        rec.events.push(Event::Drops { drops: self.bpf_drops()? });
-        self.finish(stop, rec);
-        Ok(())
+        rec.sink.push(Event::Drops { drops: self.bpf_drops()? })?;
+        self.finish(stop, rec)
     }
 }
 

@@ -102,3 +102,30 @@ fn layout_derived_from_the_pinned_wheel() {
     assert_eq!(it["parallelism"]["ParallelMapV2"], 0xb8);
     assert_eq!(inspect()["layout_cache_hit"], true);
 }
+
+/// `--save-events` keeps every observation; `replay` rebuilds the same
+/// stats.pb from them without the target (the collector has no BPF
+/// dependency).
+#[test]
+fn saved_events_replay_to_the_same_stats() {
+    let w = Workload::start("sequential_map.py", &["--seconds", "60"]);
+    let out = tempdir("replay");
+    let recorded = record(&w, 3.0, &out, &["--save-events"]);
+    drop(w);
+    let again = out.join("again");
+    let o = run_probe(&[
+        "replay",
+        out.join("events.jsonl").to_str().expect("utf8"),
+        "--output",
+        again.to_str().expect("utf8"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read_snapshot(&again.join("stats.pb")), recorded);
+    for f in ["report.json", "report.txt", "pipeline.svg", "pipeline.dot"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).expect(f),
+            std::fs::read(again.join(f)).expect(f),
+            "{f} differs after replay"
+        );
+    }
+}

@@ -54,13 +54,16 @@ pub struct Workload {
 impl Workload {
     pub fn start(script: &str, args: &[&str]) -> Workload {
         require_root();
+        // TensorFlow's start-up chatter goes to a file, shown if it fails.
+        let err_path = std::env::temp_dir().join(format!("plumber-e2e-{}-{script}.stderr", std::process::id()));
+        let err_file = std::fs::File::create(&err_path).expect("stderr file");
         let mut child = Command::new(python())
             .arg(repo().join("tests/workloads").join(script))
             .args(args)
             .env("TF_CPP_MIN_LOG_LEVEL", "2")
             .env("PYTHONUNBUFFERED", "1")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(err_file))
             .spawn()
             .expect("start workload");
         let pid = child.id() as i32;
@@ -72,10 +75,20 @@ impl Workload {
                 sink.lock().expect("lock").push(l);
             }
         });
-        let w = Workload { child, pid, lines };
+        let mut w = Workload { child, pid, lines };
         let t0 = Instant::now();
         while !w.snapshot_lines().iter().any(|l| l.starts_with("READY")) {
-            assert!(t0.elapsed() < Duration::from_secs(240), "{script} did not become READY");
+            if let Ok(Some(status)) = w.child.try_wait() {
+                panic!(
+                    "{script} exited ({status}) before READY; its stderr:\n{}",
+                    std::fs::read_to_string(&err_path).unwrap_or_default()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(240),
+                "{script} did not become READY; its stderr:\n{}",
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         w
@@ -196,11 +209,6 @@ impl Graph {
 
     pub fn by_op(&self, op: &str) -> Vec<&(String, String, Vec<String>, bool)> {
         self.nodes.iter().filter(|n| n.1 == op).collect()
-    }
-
-    /// The op of the node named `name`.
-    pub fn op_of(&self, name: &str) -> Option<&str> {
-        self.nodes.iter().find(|n| n.0 == name).map(|n| n.1.as_str())
     }
 
     /// Main-graph chain from `dataset` down through first inputs, as ops.
