@@ -9,6 +9,15 @@ bash scripts/setup.sh
 echo "[test] python self-tests"
 .venv/bin/python tests/python/test_decode_stats.py
 .venv/bin/python tests/python/test_groundtruth.py
+# Lints first: cheap, and a failure here is a quicker signal.
+if cargo fmt --version >/dev/null 2>&1; then
+    echo "[test] cargo fmt --check"
+    cargo fmt --all -- --check
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+    echo "[test] cargo clippy"
+    cargo clippy --workspace --all-targets --quiet -- -D warnings
+fi
 echo "[test] cargo test"
 # One test at a time: the end-to-end tests run real TensorFlow workloads on
 # a 2-core machine and look at the machine's loaded BPF programs.

@@ -88,7 +88,10 @@ fn cache_file(target: &Target) -> Option<PathBuf> {
         Some(cc) => symbols::build_id(&cc.host_path)?,
         None => "none".into(),
     };
-    Some(cache_dir()?.join(format!("layout-{}-{fw}-{cc}.json", env!("CARGO_PKG_VERSION"))))
+    Some(cache_dir()?.join(format!(
+        "layout-{}-{fw}-{cc}.json",
+        env!("CARGO_PKG_VERSION")
+    )))
 }
 
 /// Derives (or loads from the cache) what is needed to observe `target`.
@@ -113,14 +116,13 @@ pub fn derive(target: &Target) -> Result<(Derived, bool), AttachError> {
     }
     let t0 = Instant::now();
     let d = derive_uncached(target)?;
-    info!(ms = t0.elapsed().as_millis() as u64, "derived TensorFlow layout");
+    info!(
+        ms = t0.elapsed().as_millis() as u64,
+        "derived TensorFlow layout"
+    );
     if let Some(path) = &cache {
         let tmp = path.with_extension("tmp");
-        let ok = path
-            .parent()
-            .map(fs::create_dir_all)
-            .transpose()
-            .is_ok()
+        let ok = path.parent().map(fs::create_dir_all).transpose().is_ok()
             && serde_json::to_vec_pretty(&d)
                 .ok()
                 .is_some_and(|b| fs::write(&tmp, b).is_ok() && fs::rename(&tmp, path).is_ok());
@@ -134,12 +136,26 @@ pub fn derive(target: &Target) -> Result<(Derived, bool), AttachError> {
 fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
     let syms = Symbols::new();
     let fw = &target.framework.host_path;
-    let found = syms.lookup(fw, &[GET_NEXT, REMOVE_NODE, TO_PROTO, RECORD_ELEMENT, RECORD_STOP, PREFIX])?;
+    let found = syms.lookup(
+        fw,
+        &[
+            GET_NEXT,
+            REMOVE_NODE,
+            TO_PROTO,
+            RECORD_ELEMENT,
+            RECORD_STOP,
+            PREFIX,
+        ],
+    )?;
     let get = |i: usize, name: &str| -> Result<Symbol, SymbolError> {
-        found.get(i).cloned().flatten().ok_or_else(|| SymbolError::Missing {
-            path: fw.clone(),
-            name: name.to_string(),
-        })
+        found
+            .get(i)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| SymbolError::Missing {
+                path: fw.clone(),
+                name: name.to_string(),
+            })
     };
     let getnext = get(0, GET_NEXT)?;
     let remove_node = get(1, REMOVE_NODE).ok();
@@ -165,7 +181,9 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         };
         if let Some(cc) = &target.cc {
             let names: Vec<&str> = CREATE_NODE.iter().map(|(_, m)| *m).collect();
-            for ((model_name, _), sym) in CREATE_NODE.iter().zip(syms.lookup(&cc.host_path, &names)?) {
+            for ((model_name, _), sym) in
+                CREATE_NODE.iter().zip(syms.lookup(&cc.host_path, &names)?)
+            {
                 let Some(sym) = sym else { continue };
                 match symbols::code(&cc.host_path, &sym)
                     .map_err(AttachError::from)

@@ -24,7 +24,10 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum LayoutError {
     #[error("{func}: {what} not found in its machine code (unsupported TensorFlow build)")]
-    NotFound { func: &'static str, what: &'static str },
+    NotFound {
+        func: &'static str,
+        what: &'static str,
+    },
     #[error("{what}: {a} says {x:#x}, {b} says {y:#x} (unsupported TensorFlow build)")]
     Disagree {
         what: &'static str,
@@ -128,7 +131,9 @@ impl Aliases {
         let dst = ins.op_register(0).full_register();
         let keeps = match ins.mnemonic() {
             Mnemonic::Mov if ins.op_kind(1) == OpKind::Register => self.has(ins.op_register(1)),
-            Mnemonic::Mov if ins.op_kind(1) == OpKind::Memory && ins.memory_base() == Register::RBP => {
+            Mnemonic::Mov
+                if ins.op_kind(1) == OpKind::Memory && ins.memory_base() == Register::RBP =>
+            {
                 self.slots.contains(&(ins.memory_displacement64() as i64))
             }
             // Compares and tests do not write their first operand.
@@ -186,7 +191,10 @@ pub fn node_from_to_proto(code: &[u8], ip: u64) -> Result<NodeLayout, LayoutErro
             && ins.mnemonic() == Mnemonic::Add
             && ins.op_kind(0) == OpKind::Register
             && a.has(ins.op_register(0))
-            && matches!(ins.op_kind(1), OpKind::Immediate8to64 | OpKind::Immediate32to64)
+            && matches!(
+                ins.op_kind(1),
+                OpKind::Immediate8to64 | OpKind::Immediate32to64
+            )
         {
             inputs = u32::try_from(ins.immediate(1)).ok();
         }
@@ -201,8 +209,16 @@ pub fn node_from_to_proto(code: &[u8], ip: u64) -> Result<NodeLayout, LayoutErro
         .find(|l| l.0 == Mnemonic::Mov && l.1)
         .ok_or_else(|| nf("id"))?
         .2;
-    let name = it.by_ref().find(|l| l.0 == Mnemonic::Lea).ok_or_else(|| nf("name"))?.2;
-    let counters: Vec<u32> = it.filter(|l| l.0 == Mnemonic::Mov && l.1).map(|l| l.2).take(6).collect();
+    let name = it
+        .by_ref()
+        .find(|l| l.0 == Mnemonic::Lea)
+        .ok_or_else(|| nf("name"))?
+        .2;
+    let counters: Vec<u32> = it
+        .filter(|l| l.0 == Mnemonic::Mov && l.1)
+        .map(|l| l.2)
+        .take(6)
+        .collect();
     if counters.len() < 6 {
         return Err(nf("counters"));
     }
@@ -307,7 +323,10 @@ pub fn record_stop(code: &[u8], ip: u64) -> Result<u32, LayoutError> {
         if ins.mnemonic() == Mnemonic::Ret {
             break;
         }
-        if ins.has_lock_prefix() && ins.mnemonic() == Mnemonic::Add && ins.op_kind(0) == OpKind::Memory {
+        if ins.has_lock_prefix()
+            && ins.mnemonic() == Mnemonic::Add
+            && ins.op_kind(0) == OpKind::Memory
+        {
             if let Some(d) = a.mem_disp(&ins) {
                 return Ok(d);
             }
@@ -357,7 +376,10 @@ pub fn create_node_shared_state(code: &[u8], ip: u64) -> Result<u32, LayoutError
             }
         }
         // inc dword [ctrl+8] (use count), locked or not.
-        if ins.mnemonic() == Mnemonic::Inc && ins.op_kind(0) == OpKind::Memory && ins.memory_displacement64() == 8 {
+        if ins.mnemonic() == Mnemonic::Inc
+            && ins.op_kind(0) == OpKind::Memory
+            && ins.memory_displacement64() == 8
+        {
             let ctrl = ins.memory_base().full_register();
             // The control block register was loaded from [this+X+8] and
             // [this+X] was loaded shortly before.
@@ -376,7 +398,11 @@ pub fn create_node_shared_state(code: &[u8], ip: u64) -> Result<u32, LayoutError
 }
 
 /// Combines the sources; every offset that two functions show must agree.
-pub fn node_layout(to_proto: NodeLayout, re: &RecordElement, stop_pt: u32) -> Result<NodeLayout, LayoutError> {
+pub fn node_layout(
+    to_proto: NodeLayout,
+    re: &RecordElement,
+    stop_pt: u32,
+) -> Result<NodeLayout, LayoutError> {
     let check = |what, x: u32, y: u32, b| {
         if x == y {
             Ok(())
@@ -390,10 +416,30 @@ pub fn node_layout(to_proto: NodeLayout, re: &RecordElement, stop_pt: u32) -> Re
             })
         }
     };
-    check("num_elements", to_proto.num_elements, re.num_elements, "RecordElement")?;
-    check("bytes_produced", to_proto.bytes_produced, re.bytes_produced, "RecordElement")?;
-    check("bytes_consumed", to_proto.bytes_consumed, re.bytes_consumed, "RecordElement")?;
-    check("processing_time", to_proto.processing_time, stop_pt, "Node::record_stop")?;
+    check(
+        "num_elements",
+        to_proto.num_elements,
+        re.num_elements,
+        "RecordElement",
+    )?;
+    check(
+        "bytes_produced",
+        to_proto.bytes_produced,
+        re.bytes_produced,
+        "RecordElement",
+    )?;
+    check(
+        "bytes_consumed",
+        to_proto.bytes_consumed,
+        re.bytes_consumed,
+        "RecordElement",
+    )?;
+    check(
+        "processing_time",
+        to_proto.processing_time,
+        stop_pt,
+        "Node::record_stop",
+    )?;
     Ok(NodeLayout {
         output: re.output,
         ..to_proto
@@ -407,7 +453,9 @@ mod tests {
     // Machine code assembled from the instruction sequences seen in the
     // tensorflow-cpu 2.21.0 wheel (see tf-internals.md), with other offsets
     // so the tests show derivation, not a memorised layout.
-    fn asm(f: impl FnOnce(&mut iced_x86::code_asm::CodeAssembler) -> Result<(), iced_x86::IcedError>) -> Vec<u8> {
+    fn asm(
+        f: impl FnOnce(&mut iced_x86::code_asm::CodeAssembler) -> Result<(), iced_x86::IcedError>,
+    ) -> Vec<u8> {
         let mut a = iced_x86::code_asm::CodeAssembler::new(64).expect("64-bit");
         f(&mut a).expect("assemble");
         a.assemble(0x1000).expect("assemble")
@@ -498,7 +546,10 @@ mod tests {
             a.lock().inc(dword_ptr(rcx + 8))?;
             a.ret()
         });
-        assert_eq!(create_node_shared_state(&code, 0x1000).expect("found"), 0xc8);
+        assert_eq!(
+            create_node_shared_state(&code, 0x1000).expect("found"),
+            0xc8
+        );
     }
 
     #[test]

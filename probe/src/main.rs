@@ -101,8 +101,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("plumber={0},plumber_probe={0},plumber_collector={0},plumber_analyzer={0}", cli.log)));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!(
+            "plumber={0},plumber_probe={0},plumber_collector={0},plumber_analyzer={0}",
+            cli.log
+        ))
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -130,7 +134,9 @@ fn main() -> ExitCode {
 fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = r.duration {
         if !(d.is_finite() && d > 0.0) {
-            return Err(output::usage(format!("--duration must be a positive number of seconds, not {d}")));
+            return Err(output::usage(format!(
+                "--duration must be a positive number of seconds, not {d}"
+            )));
         }
     }
     let opts = RecordOpts {

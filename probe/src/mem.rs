@@ -11,7 +11,11 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum MemError {
     #[error("reading {len} bytes at {addr:#x}: {errno}")]
-    Read { addr: u64, len: usize, errno: nix::errno::Errno },
+    Read {
+        addr: u64,
+        len: usize,
+        errno: nix::errno::Errno,
+    },
     #[error("short read at {addr:#x}: {got} of {len} bytes")]
     Short { addr: u64, len: usize, got: usize },
     #[error("string at {addr:#x} is not a plausible name (length {len})")]
@@ -25,12 +29,17 @@ pub struct Memory {
 
 impl Memory {
     pub fn new(pid: i32) -> Self {
-        Memory { pid: Pid::from_raw(pid) }
+        Memory {
+            pid: Pid::from_raw(pid),
+        }
     }
 
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
         let len = buf.len();
-        let remote = [RemoteIoVec { base: addr as usize, len }];
+        let remote = [RemoteIoVec {
+            base: addr as usize,
+            len,
+        }];
         let mut local = [IoSliceMut::new(buf)];
         match process_vm_readv(self.pid, &mut local, &remote) {
             Ok(n) if n == len => Ok(()),

@@ -64,7 +64,7 @@ impl ModelReader {
             addr,
             why: why.to_string(),
         };
-        if addr == 0 || addr % 8 != 0 {
+        if addr == 0 || !addr.is_multiple_of(8) {
             return Err(invalid("null or misaligned"));
         }
         let id = self.mem.i64(addr + self.l.id as u64)?;
@@ -138,7 +138,8 @@ impl ModelReader {
         let mut out = Vec::new();
         let mut skipped = 0u64;
         // (node, parent addr, path of parent, in_function)
-        let mut stack: Vec<(RawNode, Option<u64>, String, bool)> = vec![(r, None, String::new(), false)];
+        let mut stack: Vec<(RawNode, Option<u64>, String, bool)> =
+            vec![(r, None, String::new(), false)];
         while let Some((n, parent, ppath, in_function)) = stack.pop() {
             if out.len() >= MAX_NODES {
                 return Err(WalkError::Invalid {
@@ -157,7 +158,9 @@ impl ModelReader {
             for (i, c) in inputs.iter().enumerate() {
                 match self.node(*c) {
                     // A child whose output_ is not this node is stale.
-                    Ok(cn) if cn.parent == n.addr => kids.push((cn, Some(n.addr), path.clone(), owner && i > 0)),
+                    Ok(cn) if cn.parent == n.addr => {
+                        kids.push((cn, Some(n.addr), path.clone(), owner && i > 0))
+                    }
                     _ => skipped += 1,
                 }
             }

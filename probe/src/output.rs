@@ -25,7 +25,8 @@ pub fn is_usage_error(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.is::<UsageError>()
             || c.is::<statsfile::StatsError>()
-            || c.downcast_ref::<plumber_analyzer::AnalyzeError>().is_some_and(|a| a.exit_code() == 2)
+            || c.downcast_ref::<plumber_analyzer::AnalyzeError>()
+                .is_some_and(|a| a.exit_code() == 2)
             || matches!(
                 c.downcast_ref::<TargetError>(),
                 Some(TargetError::NoSuchProcess(_) | TargetError::NoTensorFlow { .. })
@@ -34,10 +35,12 @@ pub fn is_usage_error(e: &anyhow::Error) -> bool {
 }
 
 pub fn prepare_dir(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).with_context(|| format!("creating output directory {}", dir.display()))?;
+    fs::create_dir_all(dir)
+        .with_context(|| format!("creating output directory {}", dir.display()))?;
     // Fail now, not after a 30 s recording.
     let probe = dir.join(".plumber-probe-write-test");
-    fs::write(&probe, b"").with_context(|| format!("output directory {} is not writable", dir.display()))?;
+    fs::write(&probe, b"")
+        .with_context(|| format!("output directory {} is not writable", dir.display()))?;
     let _ = fs::remove_file(probe);
     Ok(())
 }
@@ -51,8 +54,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
-    let (mode, ttfd, cache_hit, partial, reason) =
-        (rec.mode, rec.time_to_first_data, rec.cache_hit, rec.partial, rec.reason.clone());
+    let (mode, ttfd, cache_hit, partial, reason) = (
+        rec.mode,
+        rec.time_to_first_data,
+        rec.cache_hit,
+        rec.partial,
+        rec.reason.clone(),
+    );
     let collected = rec.sink.finish()?;
     write_collected(out, &collected)?;
     println!(
@@ -63,7 +71,9 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         if cache_hit { " (layout cache hit)" } else { "" }
     );
     if partial {
-        println!("PARTIAL: the recording ended early ({reason}); the window covers what was observed");
+        println!(
+            "PARTIAL: the recording ended early ({reason}); the window covers what was observed"
+        );
     }
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
@@ -72,9 +82,10 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
 /// `replay`: a saved events.jsonl through the collector and the analyzer,
 /// with no target and no privileges.
 pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
-    let evs = plumber_collector::eventfile::read_events(events).map_err(|e| usage(e.to_string()))?;
-    let collected = plumber_collector::collect(evs)
-        .map_err(|e| usage(format!("{}: {e}", events.display())))?;
+    let evs =
+        plumber_collector::eventfile::read_events(events).map_err(|e| usage(e.to_string()))?;
+    let collected =
+        plumber_collector::collect(evs).map_err(|e| usage(format!("{}: {e}", events.display())))?;
     prepare_dir(out)?;
     write_collected(out, &collected)?;
     println!("wrote {}", out.display());
@@ -86,7 +97,10 @@ pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
 fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
     statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
     // The analysis runs on what stats.pb holds, exactly as `analyze` would.
-    let analysis = plumber_analyzer::analyze(&collected.snapshot, &plumber_analyzer::MachineOverrides::default());
+    let analysis = plumber_analyzer::analyze(
+        &collected.snapshot,
+        &plumber_analyzer::MachineOverrides::default(),
+    );
     let text = match &analysis {
         Ok(a) => {
             plumber_analyzer::write_outputs(out, a)?;

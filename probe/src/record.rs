@@ -3,17 +3,19 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{IsTerminal, Write};
-use std::mem::MaybeUninit;
 use std::fs::File;
 use std::io::BufWriter;
+use std::io::{IsTerminal, Write};
+use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use plumber_collector::event::{Drop as DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo};
+use plumber_collector::event::{
+    Drop as DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo,
+};
 use plumber_collector::eventfile::EventWriter;
 use plumber_collector::window::Aggregator;
 use plumber_collector::Collected;
@@ -107,7 +109,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 fn install_signal_handlers() -> Result<()> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let sa = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    let sa = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe.
@@ -142,11 +148,15 @@ pub fn check_privileges() -> Result<()> {
     const CAP_SYS_PTRACE: u64 = 19;
     const CAP_PERFMON: u64 = 38;
     const CAP_BPF: u64 = 39;
-    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON"), (CAP_SYS_PTRACE, "CAP_SYS_PTRACE")]
-        .iter()
-        .filter(|(bit, _)| cap_eff & (1 << bit) == 0)
-        .map(|(_, n)| *n)
-        .collect();
+    let missing: Vec<&str> = [
+        (CAP_BPF, "CAP_BPF"),
+        (CAP_PERFMON, "CAP_PERFMON"),
+        (CAP_SYS_PTRACE, "CAP_SYS_PTRACE"),
+    ]
+    .iter()
+    .filter(|(bit, _)| cap_eff & (1 << bit) == 0)
+    .map(|(_, n)| *n)
+    .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -171,7 +181,9 @@ fn target_info(t: &Target, mode: &str) -> TargetInfo {
         tensorflow_version: t.tensorflow_version.clone(),
         libraries: t.libraries(),
         mode: mode.to_string(),
-        num_cores: std::thread::available_parallelism().map(|n| n.get() as i64).unwrap_or(1),
+        num_cores: std::thread::available_parallelism()
+            .map(|n| n.get() as i64)
+            .unwrap_or(1),
         memory_total: kb("MemTotal:"),
         memory_free: kb("MemAvailable:"),
     }
@@ -188,13 +200,19 @@ struct Progress {
 
 impl Progress {
     fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
-        let every = if self.tty { Duration::from_secs(1) } else { Duration::from_secs(5) };
+        let every = if self.tty {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(5)
+        };
         if self.quiet || self.last.elapsed() < every {
             return;
         }
         let now = Instant::now();
         let rate = match (self.last_root, root_elements) {
-            (Some((t, n0)), Some(n1)) => (n1 - n0) as f64 / now.duration_since(t).as_secs_f64().max(1e-9),
+            (Some((t, n0)), Some(n1)) => {
+                (n1 - n0) as f64 / now.duration_since(t).as_secs_f64().max(1e-9)
+            }
             _ => 0.0,
         };
         self.last_root = root_elements.map(|n| (now, n));
@@ -346,7 +364,10 @@ impl Ctx<'_, '_> {
             if let Some(stop) = self.should_stop(None) {
                 drop(link);
                 match stop {
-                    Stop::TargetExited => bail!("target process {} exited before its pipeline produced an element", self.target.pid),
+                    Stop::TargetExited => bail!(
+                        "target process {} exited before its pipeline produced an element",
+                        self.target.pid
+                    ),
                     _ => bail!("interrupted before the pipeline produced an element"),
                 }
             }
@@ -377,14 +398,17 @@ impl Ctx<'_, '_> {
         let remove_link = match &self.derived.remove_node {
             Some(p) => Some(self.bpf.attach_remove_node(&p.lib, p.file_offset)?),
             None => {
-                warn!("Model::RemoveNode not found: counts of nodes that die between polls are lost");
+                warn!(
+                    "Model::RemoveNode not found: counts of nodes that die between polls are lost"
+                );
                 None
             }
         };
         let retired = Rc::new(RefCell::new(Vec::new()));
         let bad = Rc::new(RefCell::new(0u64));
         let rb = self.bpf.retired_reader(retired.clone(), bad.clone())?;
-        rec.sink.push(Event::Target(target_info(self.target, "model")))?;
+        rec.sink
+            .push(Event::Target(target_info(self.target, "model")))?;
 
         // The recorded pipeline's root node (address, id): the id tells a
         // freed-and-reused address from the node we found.
@@ -406,7 +430,11 @@ impl Ctx<'_, '_> {
                     Ok(i) => i,
                     Err(e) if window_start.is_some() => {
                         warn!("pipeline gone and not found again: {e:#}");
-                        break if STOP.load(Ordering::SeqCst) { Stop::Signal } else { Stop::TargetExited };
+                        break if STOP.load(Ordering::SeqCst) {
+                            Stop::Signal
+                        } else {
+                            Stop::TargetExited
+                        };
                     }
                     Err(e) => return Err(e),
                 };
@@ -415,7 +443,9 @@ impl Ctx<'_, '_> {
                 // called most is the one the job waits on.
                 let mut calls: HashMap<u64, u64> = HashMap::new();
                 for (it, hits) in iters {
-                    let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else { continue };
+                    let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else {
+                        continue;
+                    };
                     if reader.node(node).is_err() {
                         invalid_nodes += 1;
                         continue;
@@ -429,7 +459,10 @@ impl Ctx<'_, '_> {
                     bail!("found tf.data iterators but none had a valid autotune model node; retry with --mode uprobes");
                 };
                 if calls.len() > 1 {
-                    info!(pipelines = calls.len(), "several pipelines run in the target; recording the busiest");
+                    info!(
+                        pipelines = calls.len(),
+                        "several pipelines run in the target; recording the busiest"
+                    );
                 }
                 root = reader.node(busiest).ok().map(|n| (busiest, n.id));
                 debug!(?root, iterators = iter_of.len(), "discovered pipelines");
@@ -445,7 +478,11 @@ impl Ctx<'_, '_> {
             let mut nodes = Vec::new();
             if let Some((addr, id)) = root {
                 match reader.walk(addr) {
-                    Ok((mut obs, skipped)) if obs.first().is_some_and(|n| n.parent.is_none() && n.id == id) => {
+                    Ok((mut obs, skipped))
+                        if obs
+                            .first()
+                            .is_some_and(|n| n.parent.is_none() && n.id == id) =>
+                    {
                         invalid_nodes += skipped;
                         self.fill_parallelism(&mut obs, &iter_of, &iter_layout);
                         nodes = obs;
@@ -478,8 +515,14 @@ impl Ctx<'_, '_> {
                 window_start = Some(Instant::now());
                 rec.time_to_first_data = self.started.elapsed().as_secs_f64();
             }
-            let elapsed = window_start.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
-            progress.tick(elapsed, self.opts.duration.map(|d| d.as_secs_f64()), root_elems);
+            let elapsed = window_start
+                .map(|s| s.elapsed().as_secs_f64())
+                .unwrap_or(0.0);
+            progress.tick(
+                elapsed,
+                self.opts.duration.map(|d| d.as_secs_f64()),
+                root_elems,
+            );
             if let Some(stop) = stopping {
                 break stop;
             }
@@ -527,8 +570,12 @@ impl Ctx<'_, '_> {
         il: &crate::layout::IteratorLayout,
     ) {
         for n in obs.iter_mut() {
-            let Some(&off) = il.parallelism.get(&n.name) else { continue };
-            let Some(&it) = iter_of.get(&n.addr) else { continue };
+            let Some(&off) = il.parallelism.get(&n.name) else {
+                continue;
+            };
+            let Some(&it) = iter_of.get(&n.addr) else {
+                continue;
+            };
             // The iterator must still own this node (not freed and reused).
             if self.mem.u64(it + il.node as u64).ok() != Some(n.addr) {
                 continue;
@@ -582,7 +629,8 @@ impl Ctx<'_, '_> {
         let _links = self
             .bpf
             .attach_getnext_counting(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
-        rec.sink.push(Event::Target(target_info(self.target, "uprobes")))?;
+        rec.sink
+            .push(Event::Target(target_info(self.target, "uprobes")))?;
         let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
         let mut window_start = None;
         let mut progress = Progress {
@@ -621,16 +669,23 @@ impl Ctx<'_, '_> {
                     break stop;
                 }
                 if window_start.is_none() && t0.elapsed() > self.opts.discovery_timeout {
-                    bail!("no tf.data iterator of process {} produced an element within {:.0} s", self.target.pid, self.opts.discovery_timeout.as_secs_f64());
+                    bail!(
+                        "no tf.data iterator of process {} produced an element within {:.0} s",
+                        self.target.pid,
+                        self.opts.discovery_timeout.as_secs_f64()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
-            let first_addr: HashMap<&str, u64> = by_path.iter().map(|(p, v)| (p.as_str(), v[0].0)).collect();
+            let first_addr: HashMap<&str, u64> =
+                by_path.iter().map(|(p, v)| (p.as_str(), v[0].0)).collect();
             let mut nodes = Vec::new();
             for (path, its) in &by_path {
                 let name = path.rsplit("::").next().unwrap_or(path).to_string();
-                let parent = path.rsplit_once("::").and_then(|(pp, _)| first_addr.get(pp).copied());
+                let parent = path
+                    .rsplit_once("::")
+                    .and_then(|(pp, _)| first_addr.get(pp).copied());
                 for (it, s) in its {
                     nodes.push(NodeObservation {
                         addr: *it,
@@ -661,15 +716,23 @@ impl Ctx<'_, '_> {
                 window_start = Some(Instant::now());
                 rec.time_to_first_data = self.started.elapsed().as_secs_f64();
             }
-            let elapsed = window_start.map(|s| s.elapsed().as_secs_f64()).unwrap_or(0.0);
-            progress.tick(elapsed, self.opts.duration.map(|d| d.as_secs_f64()), root_elems);
+            let elapsed = window_start
+                .map(|s| s.elapsed().as_secs_f64())
+                .unwrap_or(0.0);
+            progress.tick(
+                elapsed,
+                self.opts.duration.map(|d| d.as_secs_f64()),
+                root_elems,
+            );
             if let Some(stop) = stopping {
                 break stop;
             }
             self.sleep_interval(window_start);
         };
         progress.done();
-        rec.sink.push(Event::Drops { drops: self.bpf_drops()? })?;
+        rec.sink.push(Event::Drops {
+            drops: self.bpf_drops()?,
+        })?;
         self.finish(stop, rec)
     }
 }

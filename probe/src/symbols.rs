@@ -49,10 +49,13 @@ impl Symbols {
         // The TensorFlow wheels carry no DWARF; skip the search for it.
         elf.debug_syms = false;
         let src = Source::Elf(elf);
-        let found = self.inspector.lookup(&src, names).map_err(|e| SymbolError::Inspect {
-            path: lib.to_path_buf(),
-            msg: e.to_string(),
-        })?;
+        let found = self
+            .inspector
+            .lookup(&src, names)
+            .map_err(|e| SymbolError::Inspect {
+                path: lib.to_path_buf(),
+                msg: e.to_string(),
+            })?;
         Ok(names
             .iter()
             .zip(found)

@@ -25,7 +25,11 @@ pub enum TargetError {
         source: std::io::Error,
     },
     #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map); attach to the Python process that runs the tf.data pipeline")]
-    NoTensorFlow { pid: i32, comm: String, lib: &'static str },
+    NoTensorFlow {
+        pid: i32,
+        comm: String,
+        lib: &'static str,
+    },
 }
 
 /// One mapped shared library of the target.
@@ -51,8 +55,16 @@ pub const CC_LIB: &str = "libtensorflow_cc.so.2";
 fn io_err(pid: i32, what: &'static str, e: std::io::Error) -> TargetError {
     match e.kind() {
         std::io::ErrorKind::NotFound => TargetError::NoSuchProcess(pid),
-        std::io::ErrorKind::PermissionDenied => TargetError::Permission { pid, what, source: e },
-        _ => TargetError::Io { pid, what, source: e },
+        std::io::ErrorKind::PermissionDenied => TargetError::Permission {
+            pid,
+            what,
+            source: e,
+        },
+        _ => TargetError::Io {
+            pid,
+            what,
+            source: e,
+        },
     }
 }
 
@@ -93,16 +105,18 @@ impl Target {
             .map_err(|e| io_err(pid, "comm", e))?
             .trim()
             .to_string();
-        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_err(pid, "maps", e))?;
+        let maps =
+            fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_err(pid, "maps", e))?;
         // Reading maps works for any user on their own processes; opening
         // files through /proc/PID/root needs ptrace access, so check it now
         // to give the permission hint before doing any work.
         fs::read_link(format!("/proc/{pid}/root")).map_err(|e| io_err(pid, "root", e))?;
-        let framework = find_library(pid, &maps, FRAMEWORK_LIB).ok_or(TargetError::NoTensorFlow {
-            pid,
-            comm: comm.clone(),
-            lib: FRAMEWORK_LIB,
-        })?;
+        let framework =
+            find_library(pid, &maps, FRAMEWORK_LIB).ok_or(TargetError::NoTensorFlow {
+                pid,
+                comm: comm.clone(),
+                lib: FRAMEWORK_LIB,
+            })?;
         let cc = find_library(pid, &maps, CC_LIB);
         let tensorflow_version = tensorflow_version(&framework.host_path).unwrap_or_default();
         Ok(Target {
@@ -149,7 +163,12 @@ fn tensorflow_version(framework: &Path) -> Option<String> {
     let mut found = None;
     for entry in fs::read_dir(site).ok()?.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        for prefix in ["tensorflow_cpu-", "tensorflow-", "tensorflow_gpu-", "tf_nightly-"] {
+        for prefix in [
+            "tensorflow_cpu-",
+            "tensorflow-",
+            "tensorflow_gpu-",
+            "tf_nightly-",
+        ] {
             if let Some(rest) = name.strip_prefix(prefix) {
                 if let Some(ver) = rest.strip_suffix(".dist-info") {
                     found = Some(ver.to_string());

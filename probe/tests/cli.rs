@@ -78,14 +78,23 @@ fn analyze_json_and_outputs() {
         assert!(out.join(f).exists(), "{f}");
     }
     // The machine figures can be overridden: twice the cores, twice the LP.
-    let o = probe(&["analyze", f.to_str().expect("utf8"), "--json", "--cores", "16"]);
+    let o = probe(&[
+        "analyze",
+        f.to_str().expect("utf8"),
+        "--json",
+        "--cores",
+        "16",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let lp16 = v["lp"]["rate"].as_f64().expect("lp rate");
     assert!((lp16 / lp - 2.0).abs() < 0.01, "{lp16}");
     // The text report names the bottleneck first.
     let o = probe(&["analyze", f.to_str().expect("utf8")]);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("BOTTLENECK  ParallelMapDatasetV2/_5"), "{text}");
+    assert!(
+        text.contains("BOTTLENECK  ParallelMapDatasetV2/_5"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -98,7 +107,10 @@ fn bad_stats_files_exit_2_with_one_line() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("empty", vec![]),
         ("truncated", good[..good.len() / 2].to_vec()),
-        ("garbage", b"this is not a protobuf \xff\xfe\x00\x01".to_vec()),
+        (
+            "garbage",
+            b"this is not a protobuf \xff\xfe\x00\x01".to_vec(),
+        ),
         ("graph-without-stats", no_stats.encode_to_vec()),
     ];
     for (name, bytes) in cases {

@@ -8,7 +8,11 @@ use crate::harness::*;
 
 fn stderr_line(o: &std::process::Output) -> String {
     let s = String::from_utf8_lossy(&o.stderr).trim().to_string();
-    assert_eq!(s.lines().count(), 1, "expected one line of error, got:\n{s}");
+    assert_eq!(
+        s.lines().count(),
+        1,
+        "expected one line of error, got:\n{s}"
+    );
     s
 }
 
@@ -16,7 +20,14 @@ fn stderr_line(o: &std::process::Output) -> String {
 fn pid_that_does_not_exist() {
     require_root();
     let out = tempdir("nopid");
-    let o = run_probe(&["--pid", "2147480000", "--duration", "1", "--output", out.to_str().expect("utf8")]);
+    let o = run_probe(&[
+        "--pid",
+        "2147480000",
+        "--duration",
+        "1",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr_line(&o).contains("no process with PID 2147480000"));
     assert!(!out.join("stats.pb").exists());
@@ -28,7 +39,14 @@ fn process_without_tensorflow() {
     let mut sleeper = Command::new("sleep").arg("60").spawn().expect("sleep");
     let pid = sleeper.id().to_string();
     let out = tempdir("notf");
-    let o = run_probe(&["--pid", &pid, "--duration", "1", "--output", out.to_str().expect("utf8")]);
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "1",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     assert_eq!(o.status.code(), Some(2));
@@ -43,7 +61,12 @@ fn not_root_names_the_fix() {
     let mut sleeper = Command::new("sleep").arg("60").spawn().expect("sleep");
     let pid = sleeper.id().to_string();
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(probe_bin())
         .args(["--pid", &pid, "--duration", "1", "--output", "/tmp"])
         .output()
@@ -53,7 +76,10 @@ fn not_root_names_the_fix() {
     assert!(!o.status.success());
     let line = stderr_line(&o);
     assert!(line.contains("sudo"), "{line}");
-    assert!(line.contains("CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE"), "{line}");
+    assert!(
+        line.contains("CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -61,22 +87,40 @@ fn target_exits_mid_recording() {
     let w = Workload::start("sequential_map.py", &["--seconds", "6"]);
     let out = tempdir("exits");
     let pid = w.pid.to_string();
-    let o = run_probe(&["--pid", &pid, "--duration", "60", "--output", out.to_str().expect("utf8"), "-q"]);
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "60",
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("PARTIAL"));
     let s = read_snapshot(&out.join("stats.pb"));
     assert!(s.probe_info.as_ref().expect("probe_info").partial);
     let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json")).expect("json");
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
+            .expect("json");
     assert_eq!(r["window"]["partial"], true);
     assert!(!r["nodes"].as_array().expect("nodes").is_empty());
 }
 
 fn spawn_probe(pid: i32, out: &std::path::Path, extra: &[&str]) -> std::process::Child {
     Command::new(probe_bin())
-        .args(["--pid", &pid.to_string(), "--output", out.to_str().expect("utf8"), "-q"])
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--output",
+            out.to_str().expect("utf8"),
+            "-q",
+        ])
         .args(extra)
-        .env("PLUMBER_PROBE_CACHE", std::env::temp_dir().join("plumber-e2e-cache"))
+        .env(
+            "PLUMBER_PROBE_CACHE",
+            std::env::temp_dir().join("plumber-e2e-cache"),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -91,22 +135,35 @@ fn ctrl_c_detaches_and_writes() {
     // Recording once the RemoveNode probe is in (after discovery).
     let t0 = Instant::now();
     while !bpf_programs().iter().any(|p| p == "node_removed") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "probe never attached");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "probe never attached"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(3));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT)
-        .expect("SIGINT");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
     let o = child.wait_with_output().expect("wait");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = read_snapshot(&out.join("stats.pb"));
     // No --duration: Ctrl-C is the normal end, not a partial recording.
     assert!(!s.probe_info.as_ref().expect("probe_info").partial);
     assert!(s.stats.iter().any(|o| o.elements_produced > 0));
-    assert!(bpf_programs().iter().all(|p| !OUR_PROGS.contains(&p.as_str())));
+    assert!(bpf_programs()
+        .iter()
+        .all(|p| !OUR_PROGS.contains(&p.as_str())));
 }
 
-const OUR_PROGS: [&str; 4] = ["discover_getnex", "node_removed", "getnext_enter", "getnext_exit"];
+const OUR_PROGS: [&str; 4] = [
+    "discover_getnex",
+    "node_removed",
+    "getnext_enter",
+    "getnext_exit",
+];
 
 /// Names of loaded BPF programs.
 fn bpf_programs() -> Vec<String> {
@@ -116,7 +173,11 @@ fn bpf_programs() -> Vec<String> {
         .expect("bpftool (scripts/setup.sh installs it)");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("bpftool json");
     v.as_array()
-        .map(|a| a.iter().filter_map(|p| p["name"].as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["name"].as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -128,7 +189,10 @@ fn kill_9_leaves_no_probe_attached() {
     let mut child = spawn_probe(w.pid, &out, &["--duration", "60", "--mode", "uprobes"]);
     let t0 = Instant::now();
     while !bpf_programs().iter().any(|p| p == "getnext_enter") {
-        assert!(t0.elapsed() < Duration::from_secs(60), "probe never attached");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "probe never attached"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     std::thread::sleep(Duration::from_secs(2));
@@ -136,13 +200,25 @@ fn kill_9_leaves_no_probe_attached() {
     let _ = child.wait();
     // The kernel releases programs and uprobes with the last fd.
     let t0 = Instant::now();
-    while bpf_programs().iter().any(|p| OUR_PROGS.contains(&p.as_str())) {
-        assert!(t0.elapsed() < Duration::from_secs(5), "BPF programs still loaded after kill -9");
+    while bpf_programs()
+        .iter()
+        .any(|p| OUR_PROGS.contains(&p.as_str()))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "BPF programs still loaded after kill -9"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // And the target keeps running normally.
     let before = w.snapshot_lines().len();
     std::thread::sleep(Duration::from_secs(2));
-    assert!(w.snapshot_lines().len() > before, "target stopped producing after the probe was killed");
-    assert!(!out.join("stats.pb").exists(), "a killed recording must not leave a stats.pb");
+    assert!(
+        w.snapshot_lines().len() > before,
+        "target stopped producing after the probe was killed"
+    );
+    assert!(
+        !out.join("stats.pb").exists(),
+        "a killed recording must not leave a stats.pb"
+    );
 }

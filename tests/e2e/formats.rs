@@ -28,8 +28,18 @@ fn stats_pb_decodes_with_an_independent_decoder() {
     assert_eq!(nodes.last().expect("last")["op"], "_Retval");
     for st in &s.stats {
         let t = &v["stats"][st.name.as_str()];
-        assert_eq!(t["aggregate_elements_produced"].as_i64(), Some(st.aggregate_elements_produced), "{}", st.name);
-        assert_eq!(t["processing_time"].as_i64(), Some(st.processing_time), "{}", st.name);
+        assert_eq!(
+            t["aggregate_elements_produced"].as_i64(),
+            Some(st.aggregate_elements_produced),
+            "{}",
+            st.name
+        );
+        assert_eq!(
+            t["processing_time"].as_i64(),
+            Some(st.processing_time),
+            "{}",
+            st.name
+        );
     }
     let mi = &v["machine_info"];
     assert!(mi["num_cores"].as_i64().unwrap_or(0) >= 1);
@@ -38,8 +48,18 @@ fn stats_pb_decodes_with_an_independent_decoder() {
     assert!(si["current_time"].as_i64() > si["start_time"].as_i64());
     // Our >= 1000 extension fields exist and are skipped by a Plumber reader.
     let skipped = &v["skipped_fields"];
-    assert!(skipped["OpStats"].as_array().is_some_and(|a| a.iter().any(|n| n == 1001)), "{skipped}");
-    assert!(skipped["PipelineSnapshot"].as_array().is_some_and(|a| a.iter().any(|n| n == 1000)), "{skipped}");
+    assert!(
+        skipped["OpStats"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|n| n == 1001)),
+        "{skipped}"
+    );
+    assert!(
+        skipped["PipelineSnapshot"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|n| n == 1000)),
+        "{skipped}"
+    );
 }
 
 /// `--mode uprobes`: structure from iterator prefixes and counts from
@@ -51,12 +71,26 @@ fn uprobe_fallback_mode() {
     let s = record(&w, 6.0, &out, &["--mode", "uprobes"]);
     assert_eq!(s.probe_info.as_ref().expect("probe_info").mode, "uprobes");
     let g = Graph::of(&s);
-    assert_eq!(g.chain(), ["PrefetchDataset", "BatchDatasetV2", "MapDataset", "RepeatDataset", "RangeDataset"]);
+    assert_eq!(
+        g.chain(),
+        [
+            "PrefetchDataset",
+            "BatchDatasetV2",
+            "MapDataset",
+            "RepeatDataset",
+            "RangeDataset"
+        ]
+    );
     let info = s.snapshot_info.as_ref().expect("snapshot_info");
     w.wait_gt_past(info.current_time);
     let want = w.gt_at(info.current_time, "elems") - w.gt_at(info.start_time, "elems");
     let map = g.by_op("MapDataset");
-    assert_close("uprobes MapDataset elements", stat(&s, &map[0].0).elements_produced as f64, want, 0.01);
+    assert_close(
+        "uprobes MapDataset elements",
+        stat(&s, &map[0].0).elements_produced as f64,
+        want,
+        0.01,
+    );
     let report = std::fs::read_to_string(out.join("report.json")).expect("report.json");
     assert!(report.contains("\"mode\": \"uprobes\""));
 }

@@ -55,7 +55,10 @@ impl Workload {
     pub fn start(script: &str, args: &[&str]) -> Workload {
         require_root();
         // TensorFlow's start-up chatter goes to a file, shown if it fails.
-        let err_path = std::env::temp_dir().join(format!("plumber-e2e-{}-{script}.stderr", std::process::id()));
+        let err_path = std::env::temp_dir().join(format!(
+            "plumber-e2e-{}-{script}.stderr",
+            std::process::id()
+        ));
         let err_file = std::fs::File::create(&err_path).expect("stderr file");
         let mut child = Command::new(python())
             .arg(repo().join("tests/workloads").join(script))
@@ -125,7 +128,10 @@ impl Workload {
             pts[0].0,
             pts[pts.len() - 1].0
         );
-        let i = pts.partition_point(|p| p.0 <= t_ns).max(1).min(pts.len() - 1);
+        let i = pts
+            .partition_point(|p| p.0 <= t_ns)
+            .max(1)
+            .min(pts.len() - 1);
         let (t0, v0) = pts[i - 1];
         let (t1, v1) = pts[i];
         if t1 == t0 {
@@ -143,7 +149,13 @@ impl Workload {
                 .iter()
                 .rev()
                 .find(|l| l.starts_with("GT "))
-                .and_then(|l| l.split_whitespace().nth(1)?.strip_prefix("wall_ns=")?.parse::<i64>().ok());
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)?
+                        .strip_prefix("wall_ns=")?
+                        .parse::<i64>()
+                        .ok()
+                });
             if last.is_some_and(|t| t >= t_ns) || t0.elapsed() > Duration::from_secs(10) {
                 return;
             }
@@ -162,7 +174,10 @@ impl Drop for Workload {
 pub fn run_probe(args: &[&str]) -> Output {
     Command::new(probe_bin())
         .args(args)
-        .env("PLUMBER_PROBE_CACHE", std::env::temp_dir().join("plumber-e2e-cache"))
+        .env(
+            "PLUMBER_PROBE_CACHE",
+            std::env::temp_dir().join("plumber-e2e-cache"),
+        )
         .output()
         .expect("run plumber-probe")
 }
@@ -170,7 +185,15 @@ pub fn run_probe(args: &[&str]) -> Output {
 pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> PipelineSnapshot {
     let pid = w.pid.to_string();
     let dur = seconds.to_string();
-    let mut args = vec!["--pid", &pid, "--duration", &dur, "--output", out.to_str().expect("utf8"), "-q"];
+    let mut args = vec![
+        "--pid",
+        &pid,
+        "--duration",
+        &dur,
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+    ];
     args.extend_from_slice(extra);
     let o = run_probe(&args);
     assert!(
@@ -195,8 +218,11 @@ pub struct Graph {
 impl Graph {
     pub fn of(s: &PipelineSnapshot) -> Graph {
         let g = s.graph.as_ref().expect("graph");
-        let mut nodes: Vec<(String, String, Vec<String>, bool)> =
-            g.node.iter().map(|n| (n.name.clone(), n.op.clone(), n.input.clone(), false)).collect();
+        let mut nodes: Vec<(String, String, Vec<String>, bool)> = g
+            .node
+            .iter()
+            .map(|n| (n.name.clone(), n.op.clone(), n.input.clone(), false))
+            .collect();
         if let Some(lib) = &g.library {
             for f in &lib.function {
                 for n in &f.node_def {
@@ -216,7 +242,9 @@ impl Graph {
         let mut out = Vec::new();
         let mut cur = "dataset".to_string();
         for _ in 0..64 {
-            let Some(n) = self.nodes.iter().find(|n| n.0 == cur && !n.3) else { break };
+            let Some(n) = self.nodes.iter().find(|n| n.0 == cur && !n.3) else {
+                break;
+            };
             if n.0 != "dataset" {
                 out.push(n.1.clone());
             }
@@ -233,11 +261,19 @@ pub fn stat<'a>(
     s: &'a PipelineSnapshot,
     name: &str,
 ) -> &'a plumber_collector::proto::pipeline_snapshot::OpStats {
-    s.stats.iter().find(|o| o.name == name).expect("stats for node")
+    s.stats
+        .iter()
+        .find(|o| o.name == name)
+        .expect("stats for node")
 }
 
 /// Asserts |a-b|/b <= tol.
 pub fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
     let rel = (got - want).abs() / want.abs().max(1e-9);
-    assert!(rel <= tol, "{what}: got {got:.1}, workload counted {want:.1} ({:.2}% off, limit {:.1}%)", rel * 100.0, tol * 100.0);
+    assert!(
+        rel <= tol,
+        "{what}: got {got:.1}, workload counted {want:.1} ({:.2}% off, limit {:.1}%)",
+        rel * 100.0,
+        tol * 100.0
+    );
 }

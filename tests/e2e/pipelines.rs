@@ -41,9 +41,23 @@ fn check(e: &Expect) {
         let want = w.gt_at(t1, key) - w.gt_at(t0, key);
         let nodes = g.by_op(op);
         assert!(!nodes.is_empty(), "{}: no {op} node", e.script);
-        let got: i64 = nodes.iter().map(|n| stat(&s, &n.0).aggregate_elements_produced).sum();
-        assert_eq!(got, nodes.iter().map(|n| stat(&s, &n.0).elements_produced).sum::<i64>());
-        assert_close(&format!("{} {op} elements", e.script), got as f64, want, 0.01);
+        let got: i64 = nodes
+            .iter()
+            .map(|n| stat(&s, &n.0).aggregate_elements_produced)
+            .sum();
+        assert_eq!(
+            got,
+            nodes
+                .iter()
+                .map(|n| stat(&s, &n.0).elements_produced)
+                .sum::<i64>()
+        );
+        assert_close(
+            &format!("{} {op} elements", e.script),
+            got as f64,
+            want,
+            0.01,
+        );
     }
     for (op, p) in e.parallelism {
         let n = g.by_op(op);
@@ -94,7 +108,10 @@ fn interleave() {
             "ParallelInterleaveDatasetV4",
             "TensorSliceDataset",
         ],
-        functions: &[("ParallelInterleaveDatasetV4", "FlatMapDataset"), ("FlatMapDataset", "TFRecordDataset")],
+        functions: &[
+            ("ParallelInterleaveDatasetV4", "FlatMapDataset"),
+            ("FlatMapDataset", "TFRecordDataset"),
+        ],
         counts: &[
             ("PrefetchDataset", "root"),
             ("BatchDatasetV2", "root"),
@@ -111,7 +128,13 @@ fn sequential_map() {
     check(&Expect {
         script: "sequential_map.py",
         args: &["--seconds", "90"],
-        chain: &["PrefetchDataset", "BatchDatasetV2", "MapDataset", "RepeatDataset", "RangeDataset"],
+        chain: &[
+            "PrefetchDataset",
+            "BatchDatasetV2",
+            "MapDataset",
+            "RepeatDataset",
+            "RangeDataset",
+        ],
         functions: &[],
         counts: &[
             ("PrefetchDataset", "root"),

@@ -44,7 +44,11 @@ pub struct Bpf<'obj> {
 }
 
 impl<'obj> Bpf<'obj> {
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, pid: i32, layout: &NodeLayout) -> Result<Self, BpfError> {
+    pub fn load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        pid: i32,
+        layout: &NodeLayout,
+    ) -> Result<Self, BpfError> {
         let builder = ProbeSkelBuilder::default();
         let mut open = builder.open(obj).map_err(BpfError::Load)?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
@@ -82,18 +86,46 @@ impl<'obj> Bpf<'obj> {
 
     /// The one-shot discovery probe on `DatasetBaseIterator::GetNext`.
     pub fn attach_discovery(&self, lib: &Path, offset: u64) -> Result<Link, BpfError> {
-        self.attach(&self.skel.progs.discover_getnext, "GetNext discovery probe", false, lib, offset)
+        self.attach(
+            &self.skel.progs.discover_getnext,
+            "GetNext discovery probe",
+            false,
+            lib,
+            offset,
+        )
     }
 
     /// `Model::RemoveNode`: rare (per file / per epoch), stays attached.
     pub fn attach_remove_node(&self, lib: &Path, offset: u64) -> Result<Link, BpfError> {
-        self.attach(&self.skel.progs.node_removed, "Model::RemoveNode probe", false, lib, offset)
+        self.attach(
+            &self.skel.progs.node_removed,
+            "Model::RemoveNode probe",
+            false,
+            lib,
+            offset,
+        )
     }
 
     /// Fallback per-call probes on GetNext entry and return.
-    pub fn attach_getnext_counting(&self, lib: &Path, offset: u64) -> Result<(Link, Link), BpfError> {
-        let a = self.attach(&self.skel.progs.getnext_enter, "GetNext entry probe", false, lib, offset)?;
-        let b = self.attach(&self.skel.progs.getnext_exit, "GetNext return probe", true, lib, offset)?;
+    pub fn attach_getnext_counting(
+        &self,
+        lib: &Path,
+        offset: u64,
+    ) -> Result<(Link, Link), BpfError> {
+        let a = self.attach(
+            &self.skel.progs.getnext_enter,
+            "GetNext entry probe",
+            false,
+            lib,
+            offset,
+        )?;
+        let b = self.attach(
+            &self.skel.progs.getnext_exit,
+            "GetNext return probe",
+            true,
+            lib,
+            offset,
+        )?;
         Ok((a, b))
     }
 
@@ -102,7 +134,9 @@ impl<'obj> Bpf<'obj> {
         let m = &self.skel.maps.seen_iters;
         let mut out = Vec::new();
         for k in m.keys() {
-            let Ok(kb) = <[u8; 8]>::try_from(k.as_slice()) else { continue };
+            let Ok(kb) = <[u8; 8]>::try_from(k.as_slice()) else {
+                continue;
+            };
             let v = m
                 .lookup(&k, MapFlags::ANY)
                 .map_err(|e| BpfError::Map("seen_iters", e))?
@@ -128,8 +162,13 @@ impl<'obj> Bpf<'obj> {
         let m = &self.skel.maps.iter_stats;
         let mut out = Vec::new();
         for k in m.keys() {
-            let Ok(kb) = <[u8; 8]>::try_from(k.as_slice()) else { continue };
-            if let Some(v) = m.lookup(&k, MapFlags::ANY).map_err(|e| BpfError::Map("iter_stats", e))? {
+            let Ok(kb) = <[u8; 8]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            if let Some(v) = m
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| BpfError::Map("iter_stats", e))?
+            {
                 if let Some(s) = IterStats::from_bytes(&v) {
                     out.push((u64::from_ne_bytes(kb), s));
                 }

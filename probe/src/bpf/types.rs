@@ -35,7 +35,9 @@ pub struct RetiredEvent {
 }
 
 fn u64_at(b: &[u8], i: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(b.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+    Some(u64::from_ne_bytes(
+        b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+    ))
 }
 
 impl RetiredEvent {
