@@ -27,13 +27,9 @@ import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import REPO, check_setup, die  # noqa: E402
 TTFD = re.compile(r"time to first data ([0-9.]+) s( \(layout cache hit\))?")
-
-
-def die(msg):
-    print(f"first_data.py: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 def probe_once(args, pid, cache, outdir):
@@ -61,13 +57,7 @@ def main():
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
     args = ap.parse_args()
 
-    if os.geteuid() != 0:
-        die("needs root (plumber-probe attaches with eBPF and process_vm_readv); run with sudo")
-    args.probe = os.path.abspath(args.probe)
-    if not (os.path.isfile(args.probe) and os.access(args.probe, os.X_OK)):
-        die(f"probe binary {args.probe} not found; build it with `cargo build --release -p plumber-probe`")
-    if not os.access(args.python, os.X_OK):
-        die(f"python {args.python} not found (the workloads need the project's .venv)")
+    check_setup(args)
     script = os.path.join(REPO, "tests", "workloads", f"{args.workload}.py")
     if not os.path.isfile(script):
         die(f"no workload {script}")

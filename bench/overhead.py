@@ -38,13 +38,9 @@ import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import REPO, check_setup, die  # noqa: E402
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def die(msg):
-    print(f"overhead.py: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 # ---------------------------------------------------------------- workload --
@@ -271,13 +267,7 @@ def main():
     ap.add_argument("workload_args", nargs="*", help="extra workload arguments (after --)")
     args = ap.parse_args()
 
-    if os.geteuid() != 0:
-        die("needs root (plumber-probe attaches with eBPF and process_vm_readv); run with sudo")
-    args.probe = os.path.abspath(args.probe)
-    if not (os.path.isfile(args.probe) and os.access(args.probe, os.X_OK)):
-        die(f"probe binary {args.probe} not found; build it with `cargo build --release -p plumber-probe`")
-    if not os.access(args.python, os.X_OK):
-        die(f"python {args.python} not found (the workloads need the project's .venv)")
+    check_setup(args)
     if args.window <= 0 or args.pairs < 1:
         die("--window must be > 0 and --pairs >= 1")
 

@@ -664,19 +664,24 @@ impl Model {
         }
     }
 
-    /// The LP optimum under a scenario: (solution, node of each item).
-    pub fn solve_lp(&self, sc: &Scenario) -> (LpSolution, Vec<usize>) {
-        let p_eff = self.p_eff_in(sc);
-        let removed = self.removed_in(sc);
-        let active = self.active(&removed);
-        let items: Vec<LpItem> = active
+    /// The LP items of the `active` ops under a scenario, each op's cores
+    /// capped by `cap(op)`.
+    fn lp_items(&self, sc: &Scenario, active: &[usize], cap: impl Fn(usize) -> f64) -> Vec<LpItem> {
+        active
             .iter()
             .map(|&u| LpItem {
                 rate_per_core: self.r_eff(u, sc),
                 serial_share: self.sigma(u, sc),
-                cap: self.lp_cap(u, sc, &p_eff),
+                cap: cap(u),
             })
-            .collect();
+            .collect()
+    }
+
+    /// The LP optimum under a scenario: (solution, node of each item).
+    pub fn solve_lp(&self, sc: &Scenario) -> (LpSolution, Vec<usize>) {
+        let p_eff = self.p_eff_in(sc);
+        let active = self.active(&self.removed_in(sc));
+        let items = self.lp_items(sc, &active, |u| self.lp_cap(u, sc, &p_eff));
         (lp::solve(&items, self.machine.cores), active)
     }
 
@@ -739,14 +744,7 @@ impl Model {
         let p_eff = self.p_eff_in(sc);
         let removed = self.removed_in(sc);
         let active = self.active(&removed);
-        let items: Vec<LpItem> = active
-            .iter()
-            .map(|&u| LpItem {
-                rate_per_core: self.r_eff(u, sc),
-                serial_share: self.sigma(u, sc),
-                cap: p_eff[u],
-            })
-            .collect();
+        let items = self.lp_items(sc, &active, |u| p_eff[u]);
         let sol = lp::solve(&items, self.machine.cores);
         let mut rate = sol.rate;
         let mut limiter = match sol.binding {

@@ -52,8 +52,9 @@ pub struct RecordOpts {
 }
 
 /// Where observations go as they are made: the collector's aggregator
-/// (constant memory however long the recording) and, with --save-events,
-/// a JSON-lines file written as we go.
+/// (its memory grows with the number of iterator instances, not with the
+/// number of polls) and, with --save-events, a JSON-lines file written as
+/// we go.
 pub struct EventSink {
     agg: Aggregator,
     file: Option<EventWriter<BufWriter<File>>>,
@@ -199,6 +200,15 @@ struct Progress {
 }
 
 impl Progress {
+    fn new(quiet: bool) -> Self {
+        Progress {
+            tty: std::io::stderr().is_terminal(),
+            quiet,
+            last: Instant::now(),
+            last_root: None,
+        }
+    }
+
     fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
         let every = if self.tty {
             Duration::from_secs(1)
@@ -418,12 +428,7 @@ impl Ctx<'_, '_> {
         let mut invalid_nodes = 0u64;
         let mut unreadable = 0u64;
         let mut window_start = None;
-        let mut progress = Progress {
-            tty: std::io::stderr().is_terminal(),
-            quiet: self.opts.quiet,
-            last: Instant::now() - Duration::from_secs(10),
-            last_root: None,
-        };
+        let mut progress = Progress::new(self.opts.quiet);
         let stop = loop {
             if root.is_none() {
                 let iters = match self.discover() {
@@ -504,25 +509,17 @@ impl Ctx<'_, '_> {
             }
             bpf::drain(&rb);
             unreadable += push_retired(&mut rec.sink, &retired)?;
-            let root_elems = nodes.first().map(|n| n.counters.num_elements);
-            rec.sink.push(Event::Poll(Poll {
-                mono_ns,
-                wall_ns,
-                process_cpu_ns: cpu,
-                nodes,
-            }))?;
-            if window_start.is_none() {
-                window_start = Some(Instant::now());
-                rec.time_to_first_data = self.started.elapsed().as_secs_f64();
-            }
-            let elapsed = window_start
-                .map(|s| s.elapsed().as_secs_f64())
-                .unwrap_or(0.0);
-            progress.tick(
-                elapsed,
-                self.opts.duration.map(|d| d.as_secs_f64()),
-                root_elems,
-            );
+            self.push_poll(
+                rec,
+                &mut progress,
+                &mut window_start,
+                Poll {
+                    mono_ns,
+                    wall_ns,
+                    process_cpu_ns: cpu,
+                    nodes,
+                },
+            )?;
             if let Some(stop) = stopping {
                 break stop;
             }
@@ -547,6 +544,28 @@ impl Ctx<'_, '_> {
         });
         rec.sink.push(Event::Drops { drops })?;
         self.finish(stop, rec)
+    }
+
+    /// Records one poll; the first one starts the window.
+    fn push_poll(
+        &self,
+        rec: &mut Recording,
+        progress: &mut Progress,
+        window_start: &mut Option<Instant>,
+        poll: Poll,
+    ) -> Result<()> {
+        let root_elems = poll.nodes.first().map(|n| n.counters.num_elements);
+        rec.sink.push(Event::Poll(poll))?;
+        let start = *window_start.get_or_insert_with(|| {
+            rec.time_to_first_data = self.started.elapsed().as_secs_f64();
+            Instant::now()
+        });
+        progress.tick(
+            start.elapsed().as_secs_f64(),
+            self.opts.duration.map(|d| d.as_secs_f64()),
+            root_elems,
+        );
+        Ok(())
     }
 
     fn sleep_interval(&self, window_start: Option<Instant>) {
@@ -633,12 +652,7 @@ impl Ctx<'_, '_> {
             .push(Event::Target(target_info(self.target, "uprobes")))?;
         let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
         let mut window_start = None;
-        let mut progress = Progress {
-            tty: std::io::stderr().is_terminal(),
-            quiet: self.opts.quiet,
-            last: Instant::now() - Duration::from_secs(10),
-            last_root: None,
-        };
+        let mut progress = Progress::new(self.opts.quiet);
         let t0 = Instant::now();
         let stop = loop {
             let stopping = self.should_stop(window_start);
@@ -705,25 +719,17 @@ impl Ctx<'_, '_> {
             }
             // Root first, as the model walk does.
             nodes.sort_by_key(|n| n.path.matches("::").count());
-            let root_elems = nodes.first().map(|n| n.counters.num_elements);
-            rec.sink.push(Event::Poll(Poll {
-                mono_ns,
-                wall_ns,
-                process_cpu_ns: cpu,
-                nodes,
-            }))?;
-            if window_start.is_none() {
-                window_start = Some(Instant::now());
-                rec.time_to_first_data = self.started.elapsed().as_secs_f64();
-            }
-            let elapsed = window_start
-                .map(|s| s.elapsed().as_secs_f64())
-                .unwrap_or(0.0);
-            progress.tick(
-                elapsed,
-                self.opts.duration.map(|d| d.as_secs_f64()),
-                root_elems,
-            );
+            self.push_poll(
+                rec,
+                &mut progress,
+                &mut window_start,
+                Poll {
+                    mono_ns,
+                    wall_ns,
+                    process_cpu_ns: cpu,
+                    nodes,
+                },
+            )?;
             if let Some(stop) = stopping {
                 break stop;
             }

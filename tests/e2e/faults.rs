@@ -133,14 +133,7 @@ fn ctrl_c_detaches_and_writes() {
     let out = tempdir("sigint");
     let child = spawn_probe(w.pid, &out, &[]);
     // Recording once the RemoveNode probe is in (after discovery).
-    let t0 = Instant::now();
-    while !bpf_programs().iter().any(|p| p == "node_removed") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "probe never attached"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_program("node_removed");
     std::thread::sleep(Duration::from_secs(3));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -165,6 +158,18 @@ const OUR_PROGS: [&str; 4] = [
     "getnext_exit",
 ];
 
+/// Waits until a BPF program of that name is loaded (the probe attached).
+fn wait_for_program(name: &str) {
+    let t0 = Instant::now();
+    while !bpf_programs().iter().any(|p| p == name) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{name} never loaded"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Names of loaded BPF programs.
 fn bpf_programs() -> Vec<String> {
     let o = Command::new("bpftool")
@@ -187,14 +192,7 @@ fn kill_9_leaves_no_probe_attached() {
     let out = tempdir("kill9");
     // Per-call uprobes are the mode whose leftovers would hurt the target.
     let mut child = spawn_probe(w.pid, &out, &["--duration", "60", "--mode", "uprobes"]);
-    let t0 = Instant::now();
-    while !bpf_programs().iter().any(|p| p == "getnext_enter") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "probe never attached"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_program("getnext_enter");
     std::thread::sleep(Duration::from_secs(2));
     child.kill().expect("SIGKILL");
     let _ = child.wait();
