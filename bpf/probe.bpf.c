@@ -17,7 +17,12 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+/* target_tgid is in the PID namespace of plumber-probe itself, identified
+ * by (pidns_dev, pidns_ino), so a probe running in a container filters on
+ * the PIDs it sees; the kernel's global tgid would never match there. */
 const volatile __u32 target_tgid = 0;
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
 const volatile struct pp_node_layout layout = {};
 
 struct {
@@ -84,6 +89,13 @@ static __always_inline void count_drop(__u32 what)
 
 static __always_inline bool is_target(void)
 {
+	if (pidns_ino) {
+		struct bpf_pidns_info ns = {};
+
+		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+			return false; /* not in our namespace: not our target */
+		return ns.tgid == target_tgid;
+	}
 	return (bpf_get_current_pid_tgid() >> 32) == target_tgid;
 }
 

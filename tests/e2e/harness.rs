@@ -53,6 +53,14 @@ pub struct Workload {
 
 impl Workload {
     pub fn start(script: &str, args: &[&str]) -> Workload {
+        Self::start_in(&[], &python(), script, args)
+    }
+
+    /// Starts the workload through `wrapper` (e.g. `unshare ... --`) with
+    /// the given Python. The PID is the one the workload prints (as the
+    /// wrapper's namespaces see it when it has its own PID namespace, else
+    /// the global one).
+    pub fn start_in(wrapper: &[&str], python: &Path, script: &str, args: &[&str]) -> Workload {
         require_root();
         // TensorFlow's start-up chatter goes to a file, shown if it fails.
         let err_path = std::env::temp_dir().join(format!(
@@ -60,7 +68,15 @@ impl Workload {
             std::process::id()
         ));
         let err_file = std::fs::File::create(&err_path).expect("stderr file");
-        let mut child = Command::new(python())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(python);
+                c
+            }
+            None => Command::new(python),
+        };
+        let mut child = cmd
             .arg(repo().join("tests/workloads").join(script))
             .args(args)
             .env("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -93,6 +109,17 @@ impl Workload {
                 std::fs::read_to_string(&err_path).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
+        }
+        let ready = w
+            .snapshot_lines()
+            .into_iter()
+            .find(|l| l.starts_with("READY"))
+            .unwrap_or_default();
+        if let Some(p) = ready
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("pid=")?.parse().ok())
+        {
+            w.pid = p;
         }
         w
     }

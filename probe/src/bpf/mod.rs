@@ -51,8 +51,11 @@ impl<'obj> Bpf<'obj> {
     ) -> Result<Self, BpfError> {
         let builder = ProbeSkelBuilder::default();
         let mut open = builder.open(obj).map_err(BpfError::Load)?;
+        let (pidns_dev, pidns_ino) = own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target_tgid = pid as u32;
+            ro.pidns_dev = pidns_dev;
+            ro.pidns_ino = pidns_ino;
             ro.layout.id = layout.id;
             ro.layout.name = layout.name;
             ro.layout.buffered_bytes = layout.buffered_bytes;
@@ -214,6 +217,26 @@ impl<'obj> Bpf<'obj> {
         })
         .map_err(|e| BpfError::Map("events", e))?;
         b.build().map_err(|e| BpfError::Map("events", e))
+    }
+}
+
+/// Our PID namespace as the kernel names it for
+/// `bpf_get_ns_current_pid_tgid`: the nsfs device in the kernel's dev_t
+/// encoding (major << 20 | minor; stat() returns the userspace encoding) and
+/// the inode. (0, 0) if unknown: BPF then compares global PIDs, which is
+/// right when we run in the initial namespace.
+fn own_pid_namespace() -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata("/proc/self/ns/pid") {
+        Ok(m) => {
+            let dev = m.dev();
+            let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+            ((major << 20) | minor, m.ino())
+        }
+        Err(e) => {
+            tracing::warn!("cannot read our PID namespace ({e}); filtering on global PIDs");
+            (0, 0)
+        }
     }
 }
 
