@@ -20,17 +20,16 @@ fn stderr_line(o: &std::process::Output) -> String {
 fn pid_that_does_not_exist() {
     require_root();
     let out = tempdir("nopid");
-    let o = run_probe(&[
-        "--pid",
-        "2147480000",
-        "--duration",
-        "1",
-        "--output",
-        out.to_str().expect("utf8"),
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr_line(&o).contains("no process with PID 2147480000"));
-    assert!(!out.join("stats.pb").exists());
+    let dir = out.to_str().expect("utf8");
+    // Both spellings: the top-level form and `record`.
+    for prefix in [&[][..], &["record"][..]] {
+        let mut args = prefix.to_vec();
+        args.extend(["--pid", "2147480000", "--duration", "1", "--output", dir]);
+        let o = run_probe(&args);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr_line(&o).contains("no process with PID 2147480000"));
+        assert!(!out.join("stats.pb").exists());
+    }
 }
 
 #[test]
