@@ -153,7 +153,11 @@ impl ModelReader {
                 format!("{ppath}::{}", n.name)
             };
             let owner = FUNCTION_OWNERS.contains(&n.name.as_str());
-            let inputs = self.inputs(n.addr).unwrap_or_default();
+            // An unreadable inputs list loses the subtree: count it.
+            let inputs = self.inputs(n.addr).unwrap_or_else(|_| {
+                skipped += 1;
+                Vec::new()
+            });
             let mut kids = Vec::new();
             for (i, c) in inputs.iter().enumerate() {
                 match self.node(*c) {
