@@ -2,7 +2,7 @@
 //! the target's exit, then hand every observation to the collector.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::io::{IsTerminal, Write};
@@ -103,6 +103,9 @@ pub struct Recording {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+
+/// How many extra discoveries may look for parallel ops' iterators.
+const PARALLELISM_TRIES: u32 = 10;
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
@@ -425,6 +428,11 @@ impl Ctx<'_, '_> {
         let mut root: Option<(u64, i64)> = None;
         // Model node -> its iterator, for the parallelism knob.
         let mut iter_of: HashMap<u64, u64> = HashMap::new();
+        // Op paths with a parallelism knob, and those whose value was read.
+        let mut par_ops: HashSet<String> = HashSet::new();
+        let mut par_known: HashSet<String> = HashSet::new();
+        let mut par_tries = 0u32;
+        let mut last_par_try: Option<Instant> = None;
         let mut invalid_nodes = 0u64;
         let mut unreadable = 0u64;
         let mut window_start = None;
@@ -507,6 +515,17 @@ impl Ctx<'_, '_> {
                 iter_of.clear();
                 continue;
             }
+            for n in nodes
+                .iter()
+                .filter(|n| iter_layout.parallelism.contains_key(&n.name))
+            {
+                par_ops.insert(n.path.clone());
+                if n.parallelism.is_some() {
+                    par_known.insert(n.path.clone());
+                }
+            }
+            let par_missing = par_ops.len() > par_known.len();
+            iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             bpf::drain(&rb);
             unreadable += push_retired(&mut rec.sink, &retired)?;
             self.push_poll(
@@ -523,6 +542,32 @@ impl Ctx<'_, '_> {
             if let Some(stop) = stopping {
                 break stop;
             }
+            // A parallel op re-created every epoch (under a repeat) has an
+            // iterator the first discovery never saw. Look again, briefly,
+            // at most once a second and a bounded number of times, until
+            // each such op's parallelism was read once; then poll at once,
+            // while the iterators just seen are alive.
+            if par_missing
+                && par_tries < PARALLELISM_TRIES
+                && last_par_try.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+            {
+                par_tries += 1;
+                last_par_try = Some(Instant::now());
+                match self.discover() {
+                    Ok(iters) => {
+                        for (it, _) in iters {
+                            let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else {
+                                continue;
+                            };
+                            if reader.node(node).is_ok() {
+                                iter_of.insert(node, it);
+                            }
+                        }
+                    }
+                    Err(e) => debug!("looking for parallel ops' iterators: {e:#}"),
+                }
+                continue;
+            }
             self.sleep_interval(window_start);
         };
         progress.done();
@@ -533,6 +578,10 @@ impl Ctx<'_, '_> {
         drops.push(DropCount {
             what: "invalid_model_nodes_skipped".into(),
             count: invalid_nodes,
+        });
+        drops.push(DropCount {
+            what: "parallelism_unknown_ops".into(),
+            count: (par_ops.len() - par_known.len()) as u64,
         });
         drops.push(DropCount {
             what: "retired_node_unreadable".into(),
