@@ -12,6 +12,17 @@ fn report(p: &SynthPipeline) -> Report {
         .into_report()
 }
 
+/// The report of `pipeline` with `op`'s lock and GIL wait set (ns).
+fn with_wait(pipeline: SynthPipeline, op: &str, lock_wait_ns: u64, gil_wait_ns: u64) -> Report {
+    let mut input = PipelineInput::from_snapshot(&pipeline.snapshot()).expect("input");
+    let o = input.op_mut(op).expect("op");
+    o.lock_wait_ns = lock_wait_ns;
+    o.gil_wait_ns = gil_wait_ns;
+    analyze_input(input, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report()
+}
+
 fn node<'a>(r: &'a Report, name: &str) -> &'a plumber_analyzer::NodeReport {
     r.nodes
         .iter()
@@ -104,14 +115,12 @@ fn wallclock_fallback_without_cpu_time() {
 
 #[test]
 fn lock_contention_is_named_and_capped() {
-    let mut input = PipelineInput::from_snapshot(&common::gil_bound().snapshot()).expect("input");
-    input
-        .op_mut("ParallelMapDatasetV2/_5")
-        .expect("map")
-        .lock_wait_ns = 200_000_000_000;
-    let r = analyze_input(input, &MachineOverrides::default())
-        .expect("analyze")
-        .into_report();
+    let r = with_wait(
+        common::gil_bound(),
+        "ParallelMapDatasetV2/_5",
+        200_000_000_000,
+        0,
+    );
     let b = r.bottleneck.expect("bottleneck");
     assert_eq!(b.reason, "lock");
     assert_eq!(r.recommendations[0].kind, "lock");
@@ -121,15 +130,12 @@ fn lock_contention_is_named_and_capped() {
 #[test]
 fn single_threaded_op_waiting_on_the_gil() {
     // p₀ = 1: σ = W/(C+W) and the measured rate is reproduced.
-    let mut input =
-        PipelineInput::from_snapshot(&common::worked_example().snapshot()).expect("input");
-    input
-        .op_mut("BatchDatasetV2/_8")
-        .expect("batch")
-        .gil_wait_ns = 18_000_000_000;
-    let r = analyze_input(input, &MachineOverrides::default())
-        .expect("analyze")
-        .into_report();
+    let r = with_wait(
+        common::worked_example(),
+        "BatchDatasetV2/_8",
+        0,
+        18_000_000_000,
+    );
     let batch = node(&r, "BatchDatasetV2/_8");
     let c = batch.contention.as_ref().expect("contention");
     assert!((c.serial_share - 0.75).abs() < 1e-12);
@@ -249,15 +255,12 @@ fn sequential_source_gets_an_interleave_recommendation() {
 #[test]
 fn mild_contention_still_gets_parallelism_up_to_where_it_helps() {
     // σ = 0.05 at 2 threads: more threads still pay, but less than linearly.
-    let mut input =
-        PipelineInput::from_snapshot(&common::worked_example().snapshot()).expect("input");
-    input
-        .op_mut("ParallelMapDatasetV2/_5")
-        .expect("map")
-        .lock_wait_ns = 4_800_000_000;
-    let r = analyze_input(input, &MachineOverrides::default())
-        .expect("analyze")
-        .into_report();
+    let r = with_wait(
+        common::worked_example(),
+        "ParallelMapDatasetV2/_5",
+        4_800_000_000,
+        0,
+    );
     let map = node(&r, "ParallelMapDatasetV2/_5");
     let c = map.contention.as_ref().expect("contention");
     assert!((c.serial_share - 0.05).abs() < 1e-12);

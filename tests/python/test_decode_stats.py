@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -255,21 +254,7 @@ TESTS = [test_roundtrip, test_extensions_are_skipped, test_graph_is_tensorflow_g
          test_all_fields, test_duplicates, test_bad_inputs, test_cli]
 
 
-def main():
-    passed = failed = 0
-    for t in TESTS:
-        try:
-            t()
-        except Exception:
-            failed += 1
-            print(f"FAIL {t.__name__}")
-            traceback.print_exc()
-        else:
-            passed += 1
-            print(f"ok   {t.__name__}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    import runner
+
+    sys.exit(runner.run(TESTS))

@@ -3,7 +3,6 @@
 
 import os
 import sys
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "workloads"))
@@ -80,21 +79,7 @@ def test_bad_lines():
 TESTS = [test_parse, test_window_count, test_not_covered, test_bad_lines]
 
 
-def main():
-    passed = failed = 0
-    for t in TESTS:
-        try:
-            t()
-        except Exception:
-            failed += 1
-            print(f"FAIL {t.__name__}")
-            traceback.print_exc()
-        else:
-            passed += 1
-            print(f"ok   {t.__name__}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    import runner
+
+    sys.exit(runner.run(TESTS))
