@@ -104,6 +104,12 @@ pub struct Recording {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
+/// The pipeline runs but has no autotune model (autotune disabled): its
+/// iterators have no model node.
+#[derive(Debug, thiserror::Error)]
+#[error("the pipeline's iterators have no autotune model node (is autotune disabled?); retry with --mode uprobes")]
+struct NoModel;
+
 /// How many extra discoveries may look for parallel ops' iterators.
 const PARALLELISM_TRIES: u32 = 10;
 
@@ -323,7 +329,15 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         started,
     };
     let outcome = if use_model {
-        ctx.run_model(&layout, &mut rec)
+        match ctx.run_model(&layout, &mut rec) {
+            Err(e) if opts.mode == ModeChoice::Auto && e.is::<NoModel>() => {
+                warn!("{e}: falling back to GetNext uprobes");
+                rec.sink = EventSink::new(opts.save_events.as_deref())?;
+                rec.mode = "uprobes";
+                ctx.run_uprobes(&mut rec)
+            }
+            other => other,
+        }
     } else {
         ctx.run_uprobes(&mut rec)
     };
@@ -469,7 +483,7 @@ impl Ctx<'_, '_> {
                     }
                 }
                 let Some((&busiest, _)) = calls.iter().max_by_key(|(r, c)| (**c, **r)) else {
-                    bail!("found tf.data iterators but none had a valid autotune model node; retry with --mode uprobes");
+                    return Err(NoModel.into());
                 };
                 if calls.len() > 1 {
                     info!(

@@ -163,3 +163,24 @@ fn saved_events_replay_to_the_same_stats() {
         );
     }
 }
+
+/// Autotune disabled: TensorFlow builds no model, so the default mode falls
+/// back to uprobes by itself, says so, and still counts right.
+#[test]
+fn autotune_disabled_falls_back_to_uprobes() {
+    let w = Workload::start("sequential_map.py", &["--seconds", "60", "--no-autotune"]);
+    let out = tempdir("noautotune");
+    let s = record(&w, 4.0, &out, &[]);
+    assert_eq!(s.probe_info.as_ref().expect("probe_info").mode, "uprobes");
+    let g = Graph::of(&s);
+    let info = s.snapshot_info.as_ref().expect("snapshot_info");
+    w.wait_gt_past(info.current_time);
+    let want = w.gt_at(info.current_time, "elems") - w.gt_at(info.start_time, "elems");
+    let map = g.by_op("MapDataset");
+    assert_close(
+        "no-autotune MapDataset elements",
+        stat(&s, &map[0].0).elements_produced as f64,
+        want,
+        0.01,
+    );
+}

@@ -53,6 +53,8 @@ def make_parser(module):
                    help="seconds between GT lines (default: %(default)s)")
     p.add_argument("--hold", type=float, default=0.0,
                    help="after DONE, keep the process (and its iterator) alive this many seconds")
+    p.add_argument("--no-autotune", action="store_true",
+                   help="options.autotune.enabled = False: TensorFlow builds no autotune model")
     add = getattr(module, "add_args", None)
     if add is not None:
         add(p)
@@ -139,6 +141,12 @@ def run(module, args):
     name = module.NAME
     batched = getattr(module, "BATCHED", True)
     ds = module.build(args)
+    if getattr(args, "no_autotune", False):
+        import tensorflow as tf
+
+        opts = tf.data.Options()
+        opts.autotune.enabled = False
+        ds = ds.with_options(opts)
 
     stop = {"flag": False}
 
