@@ -500,8 +500,6 @@ impl Ctx<'_, '_> {
             if let Some(Stop::TargetExited) = stopping {
                 break Stop::TargetExited;
             }
-            let (mono_ns, wall_ns) = now_ns();
-            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
             let mut nodes = Vec::new();
             if let Some((addr, id)) = root {
                 match reader.walk(addr) {
@@ -529,6 +527,11 @@ impl Ctx<'_, '_> {
                 iter_of.clear();
                 continue;
             }
+            // The poll's instant is the end of the walk: a node that died
+            // while we walked (and so was not read) then has its RemoveNode
+            // event inside the window, and its final counts are kept.
+            let (mono_ns, wall_ns) = now_ns();
+            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
             for n in nodes
                 .iter()
                 .filter(|n| iter_layout.parallelism.contains_key(&n.name))
@@ -722,9 +725,10 @@ impl Ctx<'_, '_> {
             if let Some(Stop::TargetExited) = stopping {
                 break Stop::TargetExited;
             }
+            let stats = self.bpf.iter_stats()?;
+            // After reading the counts, as in the model mode.
             let (mono_ns, wall_ns) = now_ns();
             let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
-            let stats = self.bpf.iter_stats()?;
             let mut by_path: BTreeMap<String, Vec<(u64, crate::bpf::IterStats)>> = BTreeMap::new();
             for (it, s) in stats {
                 let p = prefixes

@@ -297,6 +297,11 @@ pub fn stat<'a>(
 /// Asserts |a-b|/b <= tol.
 pub fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
     let rel = (got - want).abs() / want.abs().max(1e-9);
+    // The margin, for `cargo test -- --nocapture`.
+    eprintln!(
+        "{what}: {got:.0} vs {want:.1} ({:+.2}%)",
+        (got - want) / want.abs().max(1e-9) * 100.0
+    );
     assert!(
         rel <= tol,
         "{what}: got {got:.1}, workload counted {want:.1} ({:.2}% off, limit {:.1}%)",
