@@ -527,11 +527,6 @@ impl Ctx<'_, '_> {
                 iter_of.clear();
                 continue;
             }
-            // The poll's instant is the end of the walk: a node that died
-            // while we walked (and so was not read) then has its RemoveNode
-            // event inside the window, and its final counts are kept.
-            let (mono_ns, wall_ns) = now_ns();
-            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
             for n in nodes
                 .iter()
                 .filter(|n| iter_layout.parallelism.contains_key(&n.name))
@@ -545,17 +540,7 @@ impl Ctx<'_, '_> {
             iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             bpf::drain(&rb);
             unreadable += push_retired(&mut rec.sink, &retired)?;
-            self.push_poll(
-                rec,
-                &mut progress,
-                &mut window_start,
-                Poll {
-                    mono_ns,
-                    wall_ns,
-                    process_cpu_ns: cpu,
-                    nodes,
-                },
-            )?;
+            self.push_poll(rec, &mut progress, &mut window_start, nodes)?;
             if let Some(stop) = stopping {
                 break stop;
             }
@@ -613,15 +598,24 @@ impl Ctx<'_, '_> {
     }
 
     /// Records one poll; the first one starts the window.
+    /// The poll's instant is taken here, after the nodes were read: a node
+    /// that died while we read (and so was not read) then has its
+    /// RemoveNode event inside the window, and its final counts are kept.
     fn push_poll(
         &self,
         rec: &mut Recording,
         progress: &mut Progress,
         window_start: &mut Option<Instant>,
-        poll: Poll,
+        nodes: Vec<NodeObservation>,
     ) -> Result<()> {
-        let root_elems = poll.nodes.first().map(|n| n.counters.num_elements);
-        rec.sink.push(Event::Poll(poll))?;
+        let (mono_ns, wall_ns) = now_ns();
+        let root_elems = nodes.first().map(|n| n.counters.num_elements);
+        rec.sink.push(Event::Poll(Poll {
+            mono_ns,
+            wall_ns,
+            process_cpu_ns: target::process_cpu_ns(self.target.pid).unwrap_or(0),
+            nodes,
+        }))?;
         let start = *window_start.get_or_insert_with(|| {
             rec.time_to_first_data = self.started.elapsed().as_secs_f64();
             Instant::now()
@@ -726,9 +720,6 @@ impl Ctx<'_, '_> {
                 break Stop::TargetExited;
             }
             let stats = self.bpf.iter_stats()?;
-            // After reading the counts, as in the model mode.
-            let (mono_ns, wall_ns) = now_ns();
-            let cpu = target::process_cpu_ns(self.target.pid).unwrap_or(0);
             let mut by_path: BTreeMap<String, Vec<(u64, crate::bpf::IterStats)>> = BTreeMap::new();
             for (it, s) in stats {
                 let p = prefixes
@@ -786,17 +777,7 @@ impl Ctx<'_, '_> {
             }
             // Root first, as the model walk does.
             nodes.sort_by_key(|n| n.path.matches("::").count());
-            self.push_poll(
-                rec,
-                &mut progress,
-                &mut window_start,
-                Poll {
-                    mono_ns,
-                    wall_ns,
-                    process_cpu_ns: cpu,
-                    nodes,
-                },
-            )?;
+            self.push_poll(rec, &mut progress, &mut window_start, nodes)?;
             if let Some(stop) = stopping {
                 break stop;
             }

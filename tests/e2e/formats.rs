@@ -81,9 +81,7 @@ fn uprobe_fallback_mode() {
             "RangeDataset"
         ]
     );
-    let info = s.snapshot_info.as_ref().expect("snapshot_info");
-    w.wait_gt_past(info.current_time);
-    let want = w.gt_at(info.current_time, "elems") - w.gt_at(info.start_time, "elems");
+    let want = w.counted_in_window(&s, "elems");
     let map = g.by_op("MapDataset");
     assert_close(
         "uprobes MapDataset elements",
@@ -173,9 +171,7 @@ fn autotune_disabled_falls_back_to_uprobes() {
     let s = record(&w, 4.0, &out, &[]);
     assert_eq!(s.probe_info.as_ref().expect("probe_info").mode, "uprobes");
     let g = Graph::of(&s);
-    let info = s.snapshot_info.as_ref().expect("snapshot_info");
-    w.wait_gt_past(info.current_time);
-    let want = w.gt_at(info.current_time, "elems") - w.gt_at(info.start_time, "elems");
+    let want = w.counted_in_window(&s, "elems");
     let map = g.by_op("MapDataset");
     assert_close(
         "no-autotune MapDataset elements",

@@ -129,7 +129,7 @@ impl Workload {
     }
 
     /// Interpolated cumulative `key` (root or elems) at a Unix-ns instant.
-    pub fn gt_at(&self, t_ns: i64, key: &str) -> f64 {
+    fn gt_at(&self, t_ns: i64, key: &str) -> f64 {
         let pts: Vec<(i64, f64)> = self
             .snapshot_lines()
             .iter()
@@ -167,8 +167,18 @@ impl Workload {
         v0 + (v1 - v0) * (t_ns - t0) as f64 / (t1 - t0) as f64
     }
 
+    /// What the workload itself counted (`key`: root or elems) over the
+    /// recording window of `s`.
+    pub fn counted_in_window(&self, s: &PipelineSnapshot, key: &str) -> f64 {
+        let info = s.snapshot_info.as_ref().expect("snapshot_info");
+        let (t0, t1) = (info.start_time, info.current_time);
+        assert!(t1 > t0, "window");
+        self.wait_gt_past(t1);
+        self.gt_at(t1, key) - self.gt_at(t0, key)
+    }
+
     /// Waits until the workload's ground truth covers `t_ns`.
-    pub fn wait_gt_past(&self, t_ns: i64) {
+    fn wait_gt_past(&self, t_ns: i64) {
         let t0 = Instant::now();
         loop {
             let last = self
