@@ -63,7 +63,106 @@ enum pp_drop {
 	PP_DROP_UNMATCHED_RETURN = 4,
 	PP_DROP_STATS_MAP_FULL = 5,
 	PP_DROP_THREAD_MAP_FULL = 6,
-	PP_DROP__COUNT = 7,
+	PP_DROP_CPU_THREAD_MAP_FULL = 7,
+	PP_DROP_ATTR_MAP_FULL = 8,
+	PP_DROP_LOCK_SITE_MAP_FULL = 9,
+	PP_DROP_STACK_ID_FAILED = 10,
+	PP_DROP_IO_RINGBUF_FULL = 11,
+	PP_DROP_FD_MAP_FULL = 12,
+	PP_DROP_WAIT_UNMATCHED_RETURN = 13,
+	PP_DROP__COUNT = 14,
 };
+
+/* Kinds of blocking, indexes into pp_waits. */
+enum pp_wait_kind {
+	PP_WAIT_LOCK = 0,	/* absl::Mutex slow path: contention */
+	PP_WAIT_COND = 1,	/* absl::CondVar wait: starvation / back-pressure */
+	PP_WAIT_GIL = 2,	/* CPython GIL acquisition */
+	PP_WAIT_FUTEX = 3,	/* any other futex wait */
+	PP_WAIT_IO = 4,		/* read syscalls on tracked files */
+	PP_WAIT__COUNT = 5,
+};
+
+struct pp_waits {
+	__u64 ns[PP_WAIT__COUNT];
+	__u64 n[PP_WAIT__COUNT];
+};
+
+/* Per-thread state and totals (key: global tid). cpu_ns is the kernel's
+ * sum_exec_runtime at the thread's last switch-out. */
+struct pp_thread {
+	__u32 ns_tid;		/* tid in plumber-probe's PID namespace, 0 = unknown */
+	__u32 flags;		/* PP_THREAD_* */
+	__u64 cpu_ns;
+	struct pp_waits waits;	/* cumulative since attach */
+	/* Attribution: work since the last record_stop on this thread. */
+	__u32 gen;
+	__u32 wait_depth;	/* nesting of instrumented slow paths */
+	__u64 on_since;		/* ktime when switched in, 0 when off CPU */
+	__u64 seg_cpu;
+	__u64 seg_io;
+	struct pp_waits seg;
+	/* An instrumented wait in progress. */
+	__u64 wait_start;
+	__s64 wait_stack;
+	__u32 wait_kind;
+	/* A syscall in progress (futex wait, read, open). */
+	__u32 sys_nr;
+	__u64 sys_start;
+	__u64 sys_arg;		/* fd, or the user pointer to an open's path */
+	__s64 sys_stack;
+};
+
+#define PP_THREAD_EXITED 1u
+
+struct pp_attr_key {
+	__u32 tid;		/* global tid */
+	__u32 _pad;
+	__u64 node;
+};
+
+struct pp_attr {
+	__u64 cpu_ns;
+	__u64 io_bytes;
+	__u64 stops;
+	__u64 _pad;
+	struct pp_waits waits;
+};
+
+struct pp_site_key {
+	__u32 ns_tid;
+	__u32 kind;
+	__s64 stack_id;
+};
+
+struct pp_site {
+	__u64 waits;
+	__u64 wait_ns;
+};
+
+#define PP_PATH_LEN 256
+#define PP_STACK_DEPTH 64
+
+enum pp_io_kind {
+	PP_IO_OPEN = 1,
+	PP_IO_READ = 2,
+	PP_IO_CLOSE = 3,
+};
+
+/* One file event; `path` is only filled for opens (a read or close event
+ * is PP_IO_EVENT_HEAD bytes long). */
+struct pp_io_event {
+	__u64 mono_ns;
+	__u32 ns_tid;
+	__u32 kind;
+	__s32 fd;
+	__u32 _pad;
+	__s64 stack_id;
+	__s64 ret;		/* bytes read, or the fd opened */
+	__u64 dur_ns;
+	char path[PP_PATH_LEN];
+};
+
+#define PP_IO_EVENT_HEAD 48
 
 #endif

@@ -267,3 +267,437 @@ int getnext_exit(struct pt_regs *ctx)
 	__sync_fetch_and_add(&s->incl_ns, incl);
 	return 0;
 }
+
+/* ------------------------------------------------------------------------
+ * Per-thread CPU, waits, I/O and their attribution to ops (issue 4).
+ *
+ * CPU: the kernel's own per-thread runtime (se.sum_exec_runtime), read when
+ * a target thread is switched out, so no per-call cost on the target.
+ *
+ * Attribution: while `record_stop_probe` is attached (short windows; see
+ * probe/src/record.rs), each model::Node::record_stop(node) call on a thread
+ * ends a stretch of work that TensorFlow itself books to `node`; the on-CPU
+ * time, waits and reads of that stretch are added to (thread, node). Those
+ * totals are only used as ratios per thread.
+ *
+ * Waits: uprobe + uretprobe on slow paths only (absl::Mutex::LockSlow,
+ * absl::CondVar::WaitCommon, CPython's take_gil), and futex syscalls outside
+ * them. Reads: syscall tracepoints, only for files opened by the target.
+ * ------------------------------------------------------------------------ */
+
+/* Bumped by user space at the start of each attribution window. */
+volatile __u32 attr_gen = 0;
+/* The target's tgid as the kernel sees it, learned from its own threads
+ * (target_tgid is in our PID namespace, task->tgid is global). */
+volatile __u32 target_host_tgid = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct pp_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pp_attr_key);
+	__type(value, struct pp_attr);
+} attr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pp_site_key);
+	__type(value, struct pp_site);
+} lock_sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, PP_STACK_DEPTH * sizeof(__u64));
+} stack_traces SEC(".maps");
+
+/* Files of the target worth following (opened during the recording, or
+ * regular files open at attach time); key: fd. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} fds SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1024 * 1024);
+} io_events SEC(".maps");
+
+/* Like is_target(), also giving the current thread's tid in our PID
+ * namespace. */
+static __always_inline bool target_tid(__u32 *ns_tid)
+{
+	if (pidns_ino) {
+		struct bpf_pidns_info ns = {};
+
+		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+			return false;
+		*ns_tid = ns.pid;
+		return ns.tgid == target_tgid;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	*ns_tid = (__u32)id;
+	return (id >> 32) == target_tgid;
+}
+
+static __always_inline struct pp_thread *thread_state(__u32 tid)
+{
+	struct pp_thread *st = bpf_map_lookup_elem(&threads, &tid);
+	if (st)
+		return st;
+	struct pp_thread init = {};
+	if (bpf_map_update_elem(&threads, &tid, &init, BPF_NOEXIST) != 0) {
+		st = bpf_map_lookup_elem(&threads, &tid);
+		if (!st)
+			count_drop(PP_DROP_CPU_THREAD_MAP_FULL);
+		return st;
+	}
+	return bpf_map_lookup_elem(&threads, &tid);
+}
+
+/* State of the current thread if it belongs to the target. */
+static __always_inline struct pp_thread *current_state(void)
+{
+	__u32 ns_tid = 0;
+	if (!target_tid(&ns_tid))
+		return 0;
+	struct pp_thread *st = thread_state((__u32)bpf_get_current_pid_tgid());
+	if (st)
+		st->ns_tid = ns_tid;
+	return st;
+}
+
+#define TASK_DEAD_STATE 0x80
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 ns_tid = 0;
+
+	__u32 host = target_host_tgid;
+	bool ours = target_tid(&ns_tid);
+
+	/* The tracepoint runs on prev's stack: "current" is prev. */
+	if (ours)
+		target_host_tgid = BPF_CORE_READ(prev, tgid);
+	else if (host && BPF_CORE_READ(prev, tgid) == host)
+		/* An exiting thread has already left its PID namespace (the
+		 * namespace lookup fails), but its last slice still counts. */
+		ours = true;
+	if (ours) {
+		struct pp_thread *st = thread_state(BPF_CORE_READ(prev, pid));
+		if (st) {
+			if (ns_tid)
+				st->ns_tid = ns_tid;
+			st->cpu_ns = BPF_CORE_READ(prev, se.sum_exec_runtime);
+			if (st->on_since && now > st->on_since)
+				st->seg_cpu += now - st->on_since;
+			st->on_since = 0;
+			if (prev_state & TASK_DEAD_STATE)
+				st->flags |= PP_THREAD_EXITED;
+		}
+	}
+	host = target_host_tgid;
+	if (host && BPF_CORE_READ(next, tgid) == host) {
+		struct pp_thread *st = thread_state(BPF_CORE_READ(next, pid));
+		if (st)
+			st->on_since = now;
+	}
+	return 0;
+}
+
+static __always_inline void add_waits(struct pp_waits *dst, const struct pp_waits *src)
+{
+	for (int i = 0; i < PP_WAIT__COUNT; i++) {
+		dst->ns[i] += src->ns[i];
+		dst->n[i] += src->n[i];
+	}
+}
+
+/* model::Node::record_stop(long now): `this` (the Node) is the first
+ * argument. Ends the current stretch of work on this thread. */
+SEC("uprobe")
+int record_stop_probe(struct pt_regs *ctx)
+{
+	struct pp_thread *st = current_state();
+	if (!st)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 gen = attr_gen;
+	if (st->on_since && now > st->on_since)
+		st->seg_cpu += now - st->on_since;
+	/* The thread is running: we are on it. */
+	st->on_since = now;
+	if (st->gen != gen) {
+		/* First stop in this window: what came before is not known to
+		 * belong to this node. */
+		st->gen = gen;
+		st->seg_cpu = 0;
+		st->seg_io = 0;
+		__builtin_memset(&st->seg, 0, sizeof(st->seg));
+		return 0;
+	}
+	struct pp_attr_key key = {
+		.tid = (__u32)bpf_get_current_pid_tgid(),
+		.node = PT_REGS_PARM1(ctx),
+	};
+	struct pp_attr *a = bpf_map_lookup_elem(&attr, &key);
+	if (!a) {
+		struct pp_attr init = {};
+		if (bpf_map_update_elem(&attr, &key, &init, BPF_NOEXIST) != 0 &&
+		    !bpf_map_lookup_elem(&attr, &key)) {
+			count_drop(PP_DROP_ATTR_MAP_FULL);
+			return 0;
+		}
+		a = bpf_map_lookup_elem(&attr, &key);
+		if (!a)
+			return 0;
+	}
+	a->cpu_ns += st->seg_cpu;
+	a->io_bytes += st->seg_io;
+	a->stops += 1;
+	add_waits(&a->waits, &st->seg);
+	st->seg_cpu = 0;
+	st->seg_io = 0;
+	__builtin_memset(&st->seg, 0, sizeof(st->seg));
+	return 0;
+}
+
+static __always_inline __s64 user_stack(void *ctx)
+{
+	__s64 id = bpf_get_stackid(ctx, &stack_traces, BPF_F_USER_STACK);
+	if (id < 0)
+		count_drop(PP_DROP_STACK_ID_FAILED);
+	return id;
+}
+
+static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 ns, __s64 stack)
+{
+	if (kind >= PP_WAIT__COUNT)
+		return;
+	st->waits.ns[kind] += ns;
+	st->waits.n[kind] += 1;
+	st->seg.ns[kind] += ns;
+	st->seg.n[kind] += 1;
+	if (kind == PP_WAIT_IO)
+		return;
+	struct pp_site_key key = { .ns_tid = st->ns_tid, .kind = kind, .stack_id = stack };
+	struct pp_site *s = bpf_map_lookup_elem(&lock_sites, &key);
+	if (!s) {
+		struct pp_site init = {};
+		if (bpf_map_update_elem(&lock_sites, &key, &init, BPF_NOEXIST) != 0 &&
+		    !bpf_map_lookup_elem(&lock_sites, &key)) {
+			count_drop(PP_DROP_LOCK_SITE_MAP_FULL);
+			return;
+		}
+		s = bpf_map_lookup_elem(&lock_sites, &key);
+		if (!s)
+			return;
+	}
+	s->waits += 1;
+	s->wait_ns += ns;
+}
+
+static __always_inline int wait_enter(void *ctx, __u32 kind)
+{
+	struct pp_thread *st = current_state();
+	if (!st)
+		return 0;
+	/* Only the outermost slow path counts (CondVar re-locks its mutex). */
+	if (st->wait_depth++ == 0) {
+		st->wait_start = bpf_ktime_get_ns();
+		st->wait_kind = kind;
+		st->wait_stack = user_stack(ctx);
+	}
+	return 0;
+}
+
+static __always_inline int wait_exit(void)
+{
+	struct pp_thread *st = current_state();
+	if (!st)
+		return 0;
+	if (st->wait_depth == 0) {
+		/* Entered before the probe was attached. */
+		count_drop(PP_DROP_WAIT_UNMATCHED_RETURN);
+		return 0;
+	}
+	if (--st->wait_depth == 0 && st->wait_start) {
+		__u64 now = bpf_ktime_get_ns();
+		account_wait(st, st->wait_kind, now - st->wait_start, st->wait_stack);
+		st->wait_start = 0;
+	}
+	return 0;
+}
+
+/* Mutex::LockSlow(MuHow how, const Condition *cond, int flags): with a
+ * condition (LockWhen, Notification::WaitForNotification) the thread waits
+ * for that condition, not for a lock holder. */
+SEC("uprobe")
+int mutex_enter(struct pt_regs *ctx)
+{
+	return wait_enter(ctx, PT_REGS_PARM3(ctx) ? PP_WAIT_COND : PP_WAIT_LOCK);
+}
+SEC("uretprobe")
+int mutex_exit(struct pt_regs *ctx) { return wait_exit(); }
+SEC("uprobe")
+int cond_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_COND); }
+SEC("uretprobe")
+int cond_exit(struct pt_regs *ctx) { return wait_exit(); }
+SEC("uprobe")
+int gil_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_GIL); }
+SEC("uretprobe")
+int gil_exit(struct pt_regs *ctx) { return wait_exit(); }
+
+/* x86-64 syscall numbers. */
+#define NR_read 0
+#define NR_open 2
+#define NR_close 3
+#define NR_pread64 17
+#define NR_readv 19
+#define NR_futex 202
+#define NR_openat 257
+#define NR_preadv 295
+#define NR_preadv2 327
+#define NR_openat2 437
+
+#define FUTEX_CMD_MASK 0x7f
+#define FUTEX_WAIT 0
+#define FUTEX_LOCK_PI 6
+#define FUTEX_WAIT_BITSET 9
+#define FUTEX_WAIT_REQUEUE_PI 11
+#define FUTEX_LOCK_PI2 13
+
+static __always_inline bool is_read_nr(long nr)
+{
+	return nr == NR_read || nr == NR_pread64 || nr == NR_readv || nr == NR_preadv ||
+	       nr == NR_preadv2;
+}
+
+static __always_inline bool is_open_nr(long nr)
+{
+	return nr == NR_open || nr == NR_openat || nr == NR_openat2;
+}
+
+static __always_inline void emit_io(struct pp_thread *st, __u32 kind, __s32 fd, __s64 ret,
+				    __u64 dur, __s64 stack)
+{
+	struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, PP_IO_EVENT_HEAD, 0);
+	if (!e) {
+		count_drop(PP_DROP_IO_RINGBUF_FULL);
+		return;
+	}
+	e->mono_ns = bpf_ktime_get_ns();
+	e->ns_tid = st->ns_tid;
+	e->kind = kind;
+	e->fd = fd;
+	e->_pad = 0;
+	e->stack_id = stack;
+	e->ret = ret;
+	e->dur_ns = dur;
+	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
+{
+	if (nr != NR_futex && !is_read_nr(nr) && !is_open_nr(nr) && nr != NR_close)
+		return 0;
+	struct pp_thread *st = current_state();
+	if (!st)
+		return 0;
+	st->sys_nr = 0;
+	if (nr == NR_futex) {
+		__u32 cmd = (__u32)BPF_CORE_READ(regs, si) & FUTEX_CMD_MASK;
+		if (st->wait_depth != 0)
+			return 0; /* inside a slow path we already time */
+		if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI &&
+		    cmd != FUTEX_WAIT_REQUEUE_PI && cmd != FUTEX_LOCK_PI2)
+			return 0;
+		st->sys_stack = user_stack(ctx);
+	} else if (is_read_nr(nr)) {
+		__u32 fd = (__u32)BPF_CORE_READ(regs, di);
+		if (!bpf_map_lookup_elem(&fds, &fd))
+			return 0;
+		st->sys_arg = fd;
+		st->sys_stack = user_stack(ctx);
+	} else if (is_open_nr(nr)) {
+		st->sys_arg = nr == NR_open ? BPF_CORE_READ(regs, di) : BPF_CORE_READ(regs, si);
+		st->sys_stack = user_stack(ctx);
+	} else {
+		__u32 fd = (__u32)BPF_CORE_READ(regs, di);
+		if (!bpf_map_lookup_elem(&fds, &fd))
+			return 0;
+		bpf_map_delete_elem(&fds, &fd);
+		emit_io(st, PP_IO_CLOSE, fd, 0, 0, -1);
+		return 0;
+	}
+	st->sys_nr = nr;
+	st->sys_start = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	long nr = BPF_CORE_READ(regs, orig_ax);
+	if (nr != NR_futex && !is_read_nr(nr) && !is_open_nr(nr))
+		return 0;
+	struct pp_thread *st = current_state();
+	if (!st || st->sys_nr != nr || !st->sys_start)
+		return 0;
+	__u64 dur = bpf_ktime_get_ns() - st->sys_start;
+	st->sys_nr = 0;
+	st->sys_start = 0;
+	if (nr == NR_futex) {
+		account_wait(st, PP_WAIT_FUTEX, dur, st->sys_stack);
+	} else if (is_read_nr(nr)) {
+		if (ret <= 0)
+			return 0;
+		account_wait(st, PP_WAIT_IO, dur, -1);
+		st->seg_io += ret;
+		emit_io(st, PP_IO_READ, (__s32)st->sys_arg, ret, dur, st->sys_stack);
+	} else {
+		if (ret < 0)
+			return 0;
+		__u32 fd = (__u32)ret;
+		__u8 one = 1;
+		if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+			count_drop(PP_DROP_FD_MAP_FULL);
+		struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, sizeof(*e), 0);
+		if (!e) {
+			count_drop(PP_DROP_IO_RINGBUF_FULL);
+			return 0;
+		}
+		e->mono_ns = bpf_ktime_get_ns();
+		e->ns_tid = st->ns_tid;
+		e->kind = PP_IO_OPEN;
+		e->fd = (__s32)ret;
+		e->_pad = 0;
+		e->stack_id = st->sys_stack;
+		e->ret = ret;
+		e->dur_ns = dur;
+		if (bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)st->sys_arg) < 0)
+			e->path[0] = 0;
+		bpf_ringbuf_submit(e, 0);
+	}
+	return 0;
+}
+
+/* probe/src/bpf/types.rs decodes these by offset. */
+_Static_assert(sizeof(struct pp_thread) == 256, "pp_thread layout");
+_Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
+_Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
+_Static_assert(__builtin_offsetof(struct pp_io_event, path) == PP_IO_EVENT_HEAD, "pp_io_event layout");

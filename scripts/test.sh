@@ -8,6 +8,7 @@ cd "$ROOT"
 bash scripts/setup.sh
 echo "[test] python self-tests"
 .venv/bin/python tests/python/test_decode_stats.py
+.venv/bin/python tests/python/test_decode_pprof.py
 .venv/bin/python tests/python/test_groundtruth.py
 # Lints first: cheap, and a failure here is a quicker signal.
 if cargo fmt --version >/dev/null 2>&1; then

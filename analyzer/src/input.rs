@@ -2,9 +2,10 @@
 //! [`OpInput`] (units fixed, per-op parallelism, Plumber's sums undone), the
 //! machine figures and the time window, plus the pipeline graph.
 //!
-//! `lock_wait_ns`/`gil_wait_ns` are not in stats.pb yet (a later issue adds
-//! them as extensions); until then they default to 0 and a caller that has
-//! them sets them here before [`crate::analyze_input`].
+//! `lock_wait_ns`/`gil_wait_ns` come from plumber-probe's extension fields
+//! (`probe_lock_wait_ns`, `probe_gil_wait_ns`); Plumber's own files lack
+//! them (0), and a caller that knows them can set them here before
+//! [`crate::analyze_input`].
 
 use std::collections::HashMap;
 
@@ -116,10 +117,8 @@ impl OpInput {
             bytes_produced: first_nonzero(s.aggregate_bytes_produced, s.bytes_produced),
             disk_bytes_read: nonneg(s.aggregate_disk_bytes_read),
             files_opened: nonneg(s.aggregate_elements_consumed),
-            // Not in stats.pb yet: the issue that adds the lock/GIL
-            // extension fields fills these here.
-            lock_wait_ns: 0,
-            gil_wait_ns: 0,
+            lock_wait_ns: nonneg(s.probe_lock_wait_ns),
+            gil_wait_ns: nonneg(s.probe_gil_wait_ns),
         }
     }
 }

@@ -25,6 +25,7 @@ mod amdahl;
 mod analysis;
 mod cache;
 mod error;
+pub mod flamegraph;
 mod fmt;
 mod graph;
 mod guard;

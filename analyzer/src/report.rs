@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use plumber_collector::report::{MeasuredNode, MeasuredReport, ReportDrop, Target, Window};
+use plumber_collector::report::{
+    MeasuredNode, MeasuredReport, ReportDrop, ReportFile, ReportLockSite, ReportThread, Target,
+    Window,
+};
 use serde::{Deserialize, Serialize};
 
 /// The top-level measured fields: `MeasuredReport` less its `nodes`, which
@@ -16,6 +19,18 @@ pub struct MeasuredSummary {
     pub mode: String,
     pub window: Window,
     pub drops: Vec<ReportDrop>,
+    #[serde(default)]
+    pub process_cpu_ns: i64,
+    #[serde(default)]
+    pub unattributed_cpu_ns: i64,
+    #[serde(default)]
+    pub non_pipeline_cpu_ns: i64,
+    #[serde(default)]
+    pub files: Vec<ReportFile>,
+    #[serde(default)]
+    pub threads: Vec<ReportThread>,
+    #[serde(default)]
+    pub lock_sites: Vec<ReportLockSite>,
 }
 
 impl MeasuredSummary {
@@ -26,6 +41,12 @@ impl MeasuredSummary {
                 mode: m.mode,
                 window: m.window,
                 drops: m.drops,
+                process_cpu_ns: m.process_cpu_ns,
+                unattributed_cpu_ns: m.unattributed_cpu_ns,
+                non_pipeline_cpu_ns: m.non_pipeline_cpu_ns,
+                files: m.files,
+                threads: m.threads,
+                lock_sites: m.lock_sites,
             },
             m.nodes,
         )

@@ -296,3 +296,30 @@ fn contention_past_the_useful_point_gets_no_parallelism() {
     assert!(gil.is_some());
     assert!(first_parallelism.is_none_or(|p| p > gil.unwrap_or(0)));
 }
+
+#[test]
+fn lock_and_gil_wait_come_from_the_stats_file() {
+    // The GIL-bound case with its wait in stats.pb's extension fields
+    // instead of set on the input: the same analysis.
+    let mut snap = common::gil_bound().snapshot();
+    let map = snap
+        .stats
+        .iter_mut()
+        .find(|s| s.name == "ParallelMapDatasetV2/_5")
+        .expect("map stats");
+    map.probe_gil_wait_ns = 288_000_000_000;
+    map.probe_lock_wait_ns = 1_000;
+    let input = PipelineInput::from_snapshot(&snap).expect("input");
+    let o = &input.ops["ParallelMapDatasetV2/_5"];
+    assert_eq!((o.gil_wait_ns, o.lock_wait_ns), (288_000_000_000, 1_000));
+    let r = analyze(&snap, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report();
+    let b = r.bottleneck.as_ref().expect("bottleneck");
+    assert_eq!(b.reason, "gil");
+    let n = node(&r, "ParallelMapDatasetV2/_5");
+    assert_eq!(n.measured.gil_wait_ns, 288_000_000_000);
+    assert_eq!(n.measured.lock_wait_ns, 1_000);
+    let c = n.contention.as_ref().expect("contention");
+    assert_eq!(c.gil_wait_s, 288.0);
+}

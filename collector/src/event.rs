@@ -94,12 +94,137 @@ pub struct Drop {
     pub count: u64,
 }
 
+/// Time a thread spent blocked, by cause. Cumulative since the probe
+/// attached (not since the thread started).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitCounters {
+    /// `absl::Mutex` slow path (another thread holds the lock): contention.
+    pub lock_wait_ns: u64,
+    pub lock_waits: u64,
+    /// `absl::CondVar` waits: an op waiting for input or for buffer space,
+    /// i.e. starvation or back-pressure, not contention.
+    pub cond_wait_ns: u64,
+    pub cond_waits: u64,
+    /// CPython GIL acquisition (`take_gil`, else `PyEval_RestoreThread`).
+    pub gil_wait_ns: u64,
+    pub gil_waits: u64,
+    /// futex waits outside the three above (std::mutex, Eigen pools, ...).
+    pub futex_wait_ns: u64,
+    pub futex_waits: u64,
+    /// Time inside read/pread64/readv/preadv syscalls on tracked files.
+    pub io_wait_ns: u64,
+}
+
+/// One thread of the target at one instant.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ThreadObservation {
+    pub tid: u32,
+    /// TensorFlow's own name for the thread where it has one (its thread
+    /// name registry: `tf_data_private_threadpool`, ...), else /proc comm.
+    pub name: String,
+    /// On-CPU ns since the thread started (the kernel's sum_exec_runtime):
+    /// cumulative, so the window's share is `last - first`.
+    pub cpu_ns: u64,
+    #[serde(default)]
+    pub waits: WaitCounters,
+    /// The thread has exited; these are its final values.
+    #[serde(default)]
+    pub exited: bool,
+}
+
+/// Evidence of which op a thread works for: on-CPU time and waits of one
+/// thread, split at TensorFlow's `model::Node::record_stop(node)` calls
+/// (each call ends a stretch of work done for `node`), measured during
+/// short attribution windows. Cumulative since the probe attached; used as
+/// ratios, never as absolute times.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct AttributionSample {
+    pub tid: u32,
+    /// Model node address (the `record_stop` argument).
+    pub node: u64,
+    /// Stable op path of that node; empty when the node was never seen in
+    /// the pipeline being recorded (another pipeline, or a dead node).
+    pub op_path: String,
+    pub cpu_ns: u64,
+    #[serde(default)]
+    pub waits: WaitCounters,
+    #[serde(default)]
+    pub io_bytes: u64,
+    /// Number of record_stop calls seen.
+    pub stops: u64,
+}
+
+/// File I/O of one thread on one file since the previous `Io` event.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct FileIo {
+    /// Path as the target sees it.
+    pub path: String,
+    /// Op the reads were made for (innermost `GetNextInternal` frame on the
+    /// user stack, matched to the pipeline); empty when unknown.
+    pub op_path: String,
+    pub tid: u32,
+    pub bytes_read: u64,
+    pub reads: u64,
+    pub opens: u64,
+    /// ns spent inside the read syscalls.
+    pub read_ns: u64,
+    /// File size (st_size) when it could be read.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// Open-to-close sessions that ended here and began during the
+    /// recording, and the bytes read in them: a file read once from its
+    /// start to its close (Plumber records a file's size the same way, when
+    /// a reader reaches its end).
+    #[serde(default)]
+    pub complete_sessions: u64,
+    #[serde(default)]
+    pub complete_bytes: u64,
+}
+
+/// Blocking at one call site since the previous `LockSites` event.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LockSite {
+    /// `mutex`, `condvar`, `gil` or `futex`.
+    pub kind: String,
+    /// The waiting function: the innermost frame outside the lock
+    /// implementation, symbolized (`tensorflow::data::...::GetNextInternal`).
+    pub site: String,
+    /// Op of the innermost `GetNextInternal` frame on the stack, else empty.
+    pub op_path: String,
+    pub tid: u32,
+    pub waits: u64,
+    pub wait_ns: u64,
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
     Target(TargetInfo),
     Poll(Poll),
     Retired(NodeRetired),
+    /// Every thread of the target known at one instant (live ones from
+    /// /proc, exited ones with their final values). Emitted at each poll.
+    Threads {
+        mono_ns: u64,
+        threads: Vec<ThreadObservation>,
+    },
+    /// Cumulative attribution evidence; a later event replaces an earlier.
+    Attribution {
+        mono_ns: u64,
+        samples: Vec<AttributionSample>,
+    },
+    /// File I/O since the previous `Io` event, up to `mono_ns`. Counted in
+    /// the window when `start < mono_ns <= end`.
+    Io {
+        mono_ns: u64,
+        files: Vec<FileIo>,
+    },
+    /// Lock, condition-variable, GIL and futex waits by call site since the
+    /// previous `LockSites` event, counted like `Io`.
+    LockSites {
+        mono_ns: u64,
+        sites: Vec<LockSite>,
+    },
     /// Cumulative drop counts (a later Drops for the same `what` replaces
     /// the earlier value).
     Drops {

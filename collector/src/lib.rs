@@ -7,19 +7,25 @@
 //!
 //! ```text
 //! events --window--> WindowResult --snapshot--> PipelineSnapshot (stats.pb)
-//!                                                 |--report--> MeasuredReport
-//!                                                 '--table---> text table
+//!   (threads, I/O:                                |--report--> MeasuredReport
+//!    attribution)                                 '--table---> text table
 //! ```
 
+pub mod attribution;
 pub mod event;
 pub mod eventfile;
+mod fileio;
 pub mod opnames;
 pub mod proto;
 pub mod report;
 pub mod snapshot;
+mod split;
+pub mod stacks;
 pub mod statsfile;
 pub mod table;
+mod threads;
 pub mod topology;
+mod usage;
 pub mod window;
 
 use thiserror::Error;

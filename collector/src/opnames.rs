@@ -76,6 +76,22 @@ pub fn owns_functions(model_name: &str) -> bool {
         || model_name.starts_with("GroupByWindow")
 }
 
+/// True for ops that run a user function per element, whose kernels
+/// TensorFlow runs on the iterator's runner (the private `tf_data` thread
+/// pool when one is configured): the map-like ops, plus the ops that build
+/// datasets from a function ([`owns_functions`]).
+pub fn runs_user_functions(model_name: &str) -> bool {
+    owns_functions(model_name)
+        || model_name == "Map"
+        || model_name.starts_with("ParallelMap")
+        || model_name.starts_with("MapAndBatch")
+        || model_name == "Filter"
+        || model_name.starts_with("ParallelFilter")
+        || model_name == "Scan"
+        || model_name == "TakeWhile"
+        || model_name.starts_with("GroupByReducer")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +158,18 @@ mod tests {
         assert!(owns_functions("ParallelInterleaveV4"));
         assert!(owns_functions("Interleave"));
         assert!(!owns_functions("Map"));
+        for m in [
+            "Map",
+            "ParallelMapV2",
+            "MapAndBatch",
+            "Filter",
+            "FlatMap",
+            "Interleave",
+        ] {
+            assert!(runs_user_functions(m), "{m}");
+        }
+        for m in ["Root", "Prefetch", "BatchV2", "TFRecord", "ForeverRepeat"] {
+            assert!(!runs_user_functions(m), "{m}");
+        }
     }
 }

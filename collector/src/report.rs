@@ -3,8 +3,11 @@
 //! fields beside these with `#[serde(flatten)]`; a field here is never
 //! renamed once released. Schema: docs/report-json.md.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
+use crate::proto::pipeline_snapshot::OpStats;
 use crate::proto::PipelineSnapshot;
 use crate::topology::Topology;
 
@@ -39,6 +42,59 @@ pub struct MeasuredNode {
     pub parallelism: f64,
     pub buffered_elements: i64,
     pub bytes_produced: i64,
+    /// Thread CPU time of the op over the window, ns (0: not measured).
+    #[serde(default)]
+    pub cpu_ns: i64,
+    /// `cpu_ns` per element produced, ms (null: no CPU time or no element).
+    #[serde(default)]
+    pub cpu_ms_per_element: Option<f64>,
+    /// File bytes read for the op.
+    #[serde(default)]
+    pub io_bytes_read: i64,
+    #[serde(default)]
+    pub files_opened: i64,
+    /// Time the op's threads waited for a lock, for the GIL and on
+    /// condition variables (inputs, buffer space), ns.
+    #[serde(default)]
+    pub lock_wait_ns: i64,
+    #[serde(default)]
+    pub gil_wait_ns: i64,
+    #[serde(default)]
+    pub cond_wait_ns: i64,
+}
+
+/// A file read in the window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ReportFile {
+    pub path: String,
+    pub bytes_read: i64,
+    /// Node name of the op the reads count for (null: unattributed).
+    pub op: Option<String>,
+    /// Its op path (empty: unattributed).
+    pub op_path: String,
+}
+
+/// One thread of the target over the window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ReportThread {
+    pub tid: i64,
+    pub name: String,
+    /// `udf_pool`, `pipeline` or `non_pipeline`.
+    pub role: String,
+    pub cpu_ns: i64,
+}
+
+/// Blocking at one call site over the window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ReportLockSite {
+    /// `mutex`, `condvar`, `gil` or `futex`.
+    pub kind: String,
+    pub site: String,
+    /// Node name of the op on the stack (null: none known).
+    pub op: Option<String>,
+    pub op_path: String,
+    pub waits: i64,
+    pub wait_ns: i64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -56,6 +112,47 @@ pub struct MeasuredReport {
     pub window: Window,
     pub nodes: Vec<MeasuredNode>,
     pub drops: Vec<ReportDrop>,
+    /// CPU time of the whole target over the window, ns (0: unknown).
+    #[serde(default)]
+    pub process_cpu_ns: i64,
+    /// CPU time of pipeline threads whose op is not known, ns.
+    #[serde(default)]
+    pub unattributed_cpu_ns: i64,
+    /// CPU time outside the pipeline (training step, Python), ns.
+    #[serde(default)]
+    pub non_pipeline_cpu_ns: i64,
+    /// Files read in the window, most bytes first.
+    #[serde(default)]
+    pub files: Vec<ReportFile>,
+    /// Threads, most CPU first (empty: no thread data).
+    #[serde(default)]
+    pub threads: Vec<ReportThread>,
+    /// Blocking call sites, longest total wait first.
+    #[serde(default)]
+    pub lock_sites: Vec<ReportLockSite>,
+}
+
+fn cpu_ns(s: &OpStats) -> i64 {
+    if s.aggregate_processing_time_clock > 0 {
+        s.aggregate_processing_time_clock
+    } else {
+        s.processing_time_clock.max(0)
+    }
+}
+
+fn cpu_ms_per_element(cpu_ns: i64, elements: i64) -> Option<f64> {
+    (cpu_ns > 0 && elements > 0).then(|| cpu_ns as f64 / elements as f64 / 1e6)
+}
+
+/// Files opened: ours, else Plumber's file-name count of a file reader.
+fn files_opened(s: &OpStats) -> i64 {
+    if s.probe_files_opened > 0 {
+        s.probe_files_opened
+    } else if s.aggregate_disk_bytes_read > 0 {
+        s.aggregate_elements_consumed.max(0)
+    } else {
+        0
+    }
 }
 
 /// The measured report of a snapshot, ours or one written by Plumber's
@@ -91,9 +188,41 @@ pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
                     s.aggregate_max_buffer_size
                 },
                 bytes_produced: s.aggregate_bytes_produced,
+                cpu_ns: cpu_ns(s),
+                cpu_ms_per_element: cpu_ms_per_element(cpu_ns(s), s.aggregate_elements_produced),
+                io_bytes_read: s.aggregate_disk_bytes_read,
+                files_opened: files_opened(s),
+                lock_wait_ns: s.probe_lock_wait_ns,
+                gil_wait_ns: s.probe_gil_wait_ns,
+                cond_wait_ns: s.probe_cond_wait_ns,
             }
         })
         .collect();
+    // Op path -> node name (the first node of a path, as the stats join).
+    let mut by_path: HashMap<&str, &str> = HashMap::new();
+    for s in snapshot.stats.iter().filter(|s| !s.probe_path.is_empty()) {
+        by_path
+            .entry(s.probe_path.as_str())
+            .or_insert(s.name.as_str());
+    }
+    let op_name = |p: &str| by_path.get(p).map(|n| n.to_string());
+    let cpu = snapshot.probe_cpu.clone().unwrap_or_default();
+    let mut files: Vec<ReportFile> = snapshot
+        .probe_files
+        .iter()
+        .map(|f| ReportFile {
+            path: f.path.clone(),
+            bytes_read: f.bytes_read,
+            op: op_name(&f.op_path),
+            op_path: f.op_path.clone(),
+        })
+        .collect();
+    files.sort_by(|a, b| {
+        b.bytes_read
+            .cmp(&a.bytes_read)
+            .then_with(|| a.path.cmp(&b.path))
+            .then_with(|| a.op_path.cmp(&b.op_path))
+    });
     MeasuredReport {
         target: Target {
             pid: probe.pid,
@@ -113,6 +242,35 @@ pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
             .map(|d| ReportDrop {
                 what: d.what.clone(),
                 count: d.count,
+            })
+            .collect(),
+        process_cpu_ns: info
+            .process_current_time
+            .saturating_sub(info.process_start_time)
+            .max(0),
+        unattributed_cpu_ns: cpu.unattributed_ns,
+        non_pipeline_cpu_ns: cpu.non_pipeline_ns,
+        files,
+        threads: cpu
+            .threads
+            .iter()
+            .map(|t| ReportThread {
+                tid: t.tid,
+                name: t.name.clone(),
+                role: t.role.clone(),
+                cpu_ns: t.cpu_ns,
+            })
+            .collect(),
+        lock_sites: snapshot
+            .probe_lock_sites
+            .iter()
+            .map(|l| ReportLockSite {
+                kind: l.kind.clone(),
+                site: l.site.clone(),
+                op: op_name(&l.op_path),
+                op_path: l.op_path.clone(),
+                waits: l.waits,
+                wait_ns: l.wait_ns,
             })
             .collect(),
     }

@@ -8,8 +8,9 @@
 //! the graph by NodeDef name and ignores edges to nodes listed later, so the
 //! listing order matters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::attribution::FileTotals;
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
@@ -19,6 +20,7 @@ use crate::proto::{
     AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NameAttrList, NodeDef, OpDef,
     PipelineSnapshot,
 };
+use crate::usage;
 use crate::window::{OpTotals, WindowResult};
 
 pub use crate::statsfile::{read_stats, write_stats, StatsError};
@@ -54,6 +56,8 @@ struct Builder<'a> {
     /// (owner op, function index) still to fill.
     queue: VecDeque<(usize, usize)>,
     window_ns: i64,
+    /// Files read, by op path.
+    files: BTreeMap<&'a str, Vec<&'a FileTotals>>,
 }
 
 impl<'a> Builder<'a> {
@@ -87,6 +91,7 @@ impl<'a> Builder<'a> {
             stats: Vec::new(),
             queue: VecDeque::new(),
             window_ns: sat_i64(w.duration_ns()),
+            files: usage::files_by_op(&w.files),
         }
     }
 
@@ -194,8 +199,13 @@ impl<'a> Builder<'a> {
                 }
             }
         }
-        self.stats
-            .push(op_stats(&self.ops[i], &name, self.window_ns));
+        let mut stats = op_stats(&self.ops[i], &name, self.window_ns);
+        let files = self
+            .files
+            .get(self.ops[i].path.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        usage::fill_op(&mut stats, &self.ops[i], files);
+        self.stats.push(stats);
         self.names[i] = Some(name);
     }
 
@@ -294,8 +304,6 @@ fn op_stats(o: &OpTotals, name: &str, window_ns: i64) -> OpStats {
         // Plumber: Σ over live instances of (now - node start); the window
         // is the part of each life we observed.
         wallclock_time: window_ns.saturating_mul(o.live_instances),
-        processing_time_clock: 0,
-        aggregate_processing_time_clock: 0,
         probe_model_name: o.model_name.clone(),
         probe_path: o.path.clone(),
         probe_buffered_elements: o.buffered_elements,
@@ -309,7 +317,7 @@ fn op_stats(o: &OpTotals, name: &str, window_ns: i64) -> OpStats {
 pub fn build_snapshot(w: &WindowResult) -> PipelineSnapshot {
     let (graph, stats) = Builder::new(w).build();
     let target = w.target.clone().unwrap_or_default();
-    PipelineSnapshot {
+    let mut snapshot = PipelineSnapshot {
         graph: Some(graph),
         stats,
         machine_info: w.target.as_ref().map(|t| MachineInfo {
@@ -350,5 +358,8 @@ pub fn build_snapshot(w: &WindowResult) -> PipelineSnapshot {
                 count: sat_i64(d.count),
             })
             .collect(),
-    }
+        ..Default::default()
+    };
+    usage::fill_snapshot(&mut snapshot, w);
+    snapshot
 }

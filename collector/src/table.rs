@@ -3,7 +3,7 @@
 //! tests compare it byte for byte).
 
 use crate::proto::PipelineSnapshot;
-use crate::report::{measured, MeasuredNode};
+use crate::report::{measured, MeasuredNode, MeasuredReport};
 use crate::topology::Topology;
 
 const HEADER: [&str; 6] = [
@@ -14,6 +14,10 @@ const HEADER: [&str; 6] = [
     "parallelism",
     "buffered",
 ];
+/// Extra columns when the recording has per-thread CPU data.
+const USAGE_HEADER: [&str; 4] = ["CPU ms/elem", "I/O MB", "lock ms", "GIL ms"];
+/// Files listed under the table.
+const TOP_FILES: usize = 5;
 /// Columns after the first two are numbers, right-aligned.
 const LEFT_ALIGNED: usize = 2;
 const INDENT: &str = "  ";
@@ -28,9 +32,19 @@ pub fn render_table(snapshot: &PipelineSnapshot) -> String {
         .map(Topology::from_graph)
         .unwrap_or_default();
     let window_s = report.window.end_ns.saturating_sub(report.window.start_ns) as f64 / 1e9;
+    // Old recordings and Plumber's files have no thread data: their table
+    // stays as it always was.
+    let usage = !report.threads.is_empty();
+    let make_row = |n: &MeasuredNode, depth: usize| {
+        let mut r = row(n, depth, window_s);
+        if usage {
+            r.extend(usage_cells(n));
+        }
+        r
+    };
 
     let mut emitted = vec![false; report.nodes.len()];
-    let mut rows: Vec<[String; 6]> = Vec::new();
+    let mut rows: Vec<Vec<String>> = Vec::new();
     let mut stack: Vec<(String, usize)> = topo.tops.iter().rev().map(|t| (t.clone(), 0)).collect();
     let mut seen = std::collections::HashSet::new();
     while let Some((name, depth)) = stack.pop() {
@@ -40,7 +54,7 @@ pub fn render_table(snapshot: &PipelineSnapshot) -> String {
         if let Some(i) = report.nodes.iter().position(|n| n.name == name) {
             if !emitted[i] {
                 emitted[i] = true;
-                rows.push(row(&report.nodes[i], depth, window_s));
+                rows.push(make_row(&report.nodes[i], depth));
             }
         }
         let Some(info) = topo.nodes.get(&name) else {
@@ -56,19 +70,89 @@ pub fn render_table(snapshot: &PipelineSnapshot) -> String {
     }
     for (i, node) in report.nodes.iter().enumerate() {
         if !emitted[i] {
-            rows.push(row(node, 0, window_s));
+            rows.push(make_row(node, 0));
         }
     }
-    format_rows(&rows)
+    let mut header: Vec<&str> = HEADER.to_vec();
+    if usage {
+        header.extend(USAGE_HEADER);
+    }
+    let mut out = format_rows(&header, &rows);
+    if usage {
+        out.push_str(&usage_summary(&report));
+    }
+    out
 }
 
-fn row(n: &MeasuredNode, depth: usize, window_s: f64) -> [String; 6] {
+fn usage_cells(n: &MeasuredNode) -> [String; 4] {
+    [
+        n.cpu_ms_per_element
+            .map_or_else(|| "-".to_string(), |ms| format!("{ms:.3}")),
+        format!("{:.1}", n.io_bytes_read as f64 / 1e6),
+        format!("{:.1}", n.lock_wait_ns as f64 / 1e6),
+        format!("{:.1}", n.gil_wait_ns as f64 / 1e6),
+    ]
+}
+
+/// The CPU balance line and the files read most.
+fn usage_summary(r: &MeasuredReport) -> String {
+    let s = |ns: i64| ns as f64 / 1e9;
+    let ops: i64 = r.nodes.iter().map(|n| n.cpu_ns).sum();
+    let threads: i64 = r.threads.iter().map(|t| t.cpu_ns).sum();
+    let parts = format!(
+        "ops {:.2} s + unattributed {:.2} s + outside the pipeline {:.2} s (training step, Python)",
+        s(ops),
+        s(r.unattributed_cpu_ns),
+        s(r.non_pipeline_cpu_ns)
+    );
+    // The parts sum to the threads' CPU time exactly; the process's own
+    // figure is read separately and also covers threads that came and went
+    // between two looks, so show any gap rather than an equation that does
+    // not hold.
+    let gap = r.process_cpu_ns - threads;
+    let mut out = if gap >= 5_000_000 {
+        format!(
+            "CPU: process {:.2} s = {parts} + not seen per thread {:.2} s\n",
+            s(r.process_cpu_ns),
+            s(gap)
+        )
+    } else if gap <= -5_000_000 {
+        format!(
+            "CPU: process {:.2} s; threads {:.2} s = {parts}\n",
+            s(r.process_cpu_ns),
+            s(threads)
+        )
+    } else {
+        format!("CPU: process {:.2} s = {parts}\n", s(r.process_cpu_ns))
+    };
+    if !r.files.is_empty() {
+        if r.files.len() > TOP_FILES {
+            out.push_str(&format!(
+                "files read: {}, top {TOP_FILES} by bytes:\n",
+                r.files.len()
+            ));
+        } else {
+            out.push_str(&format!("files read: {}\n", r.files.len()));
+        }
+        for f in r.files.iter().take(TOP_FILES) {
+            out.push_str(&format!(
+                "{INDENT}{:>10.1} MB  {}  {}\n",
+                f.bytes_read as f64 / 1e6,
+                f.path,
+                f.op.as_deref().unwrap_or("(unattributed)")
+            ));
+        }
+    }
+    out
+}
+
+fn row(n: &MeasuredNode, depth: usize, window_s: f64) -> Vec<String> {
     let rate = if window_s > 0.0 {
         format!("{:.1}", n.elements_produced as f64 / window_s)
     } else {
         "-".to_string()
     };
-    [
+    vec![
         format!("{}{}", INDENT.repeat(depth), n.name),
         if n.path.is_empty() {
             "-".to_string()
@@ -105,18 +189,18 @@ fn format_parallelism(p: f64) -> String {
     }
 }
 
-fn format_rows(rows: &[[String; 6]]) -> String {
-    let mut widths = HEADER.map(|h| h.chars().count());
+fn format_rows(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let header = HEADER.map(String::from);
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
     let mut out = String::new();
     for r in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
-        for (c, (cell, w)) in r.iter().zip(widths).enumerate() {
+        for (c, (cell, &w)) in r.iter().zip(&widths).enumerate() {
             if c > 0 {
                 line.push_str("  ");
             }

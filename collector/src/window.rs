@@ -8,12 +8,16 @@
 //! `Retired` event when that falls inside the window, else from the last poll
 //! that saw it. Instances sharing an op path (one per epoch, one per file) are
 //! summed.
+//!
+//! CPU time, waits and file I/O per op come from thread-level events and
+//! are split among the ops by `attribution.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 
 use thiserror::Error;
 
-use crate::event::{self, Event, NodeCounters, NodeRetired, Poll, TargetInfo};
+use crate::attribution::{Attributor, CpuTotals, FileTotals, LockSiteTotals, ThreadTotals};
+use crate::event::{self, Event, NodeCounters, NodeRetired, Poll, TargetInfo, WaitCounters};
 use crate::opnames;
 
 /// Drop names the collector itself reports (beside the probe's).
@@ -26,6 +30,9 @@ pub mod drops {
     pub const POLL_OUT_OF_ORDER: &str = "poll_out_of_order";
     /// A parallelism value that is not a finite non-negative number (ignored).
     pub const PARALLELISM_INVALID: &str = "parallelism_invalid";
+    /// A thread's cumulative CPU time or wait counter was lower at the end
+    /// than at the start.
+    pub const THREAD_COUNTER_WENT_BACKWARDS: &str = "thread_counter_went_backwards";
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -85,6 +92,19 @@ pub struct OpTotals {
     /// such an input or when it produced nothing, +inf when this op produced
     /// nothing (Plumber's `ElementRatio`).
     pub element_ratio: f64,
+    /// Thread CPU time attributed to the op, ns (0 without thread data).
+    pub cpu_ns: u64,
+    /// The part of `cpu_ns` from the UDF pool's threads.
+    pub udf_cpu_ns: u64,
+    /// Waits attributed to the op.
+    pub waits: WaitCounters,
+    /// File bytes read for the op and time inside those reads.
+    pub io_bytes_read: u64,
+    pub io_read_ns: u64,
+    /// Files opened for the op (opens, not distinct files).
+    pub files_opened: u64,
+    /// Distinct paths the op read, sorted.
+    pub files: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,11 +119,29 @@ pub struct WindowResult {
     /// Probe drops (latest count per `what`) and the collector's own, sorted
     /// by `what`.
     pub drops: Vec<event::Drop>,
+    /// Where the threads' CPU time went; all zero without thread data.
+    pub cpu: CpuTotals,
+    /// Every thread seen in the window, most CPU first.
+    pub threads: Vec<ThreadTotals>,
+    /// Files read in the window, sorted by path (then op).
+    pub files: Vec<FileTotals>,
+    /// Blocking call sites, longest total wait first.
+    pub lock_sites: Vec<LockSiteTotals>,
+    /// Waits of threads whose op is not known, and outside the pipeline.
+    pub unattributed_waits: WaitCounters,
+    pub non_pipeline_waits: WaitCounters,
+    /// File bytes read for no known op.
+    pub unattributed_io_bytes: u64,
 }
 
 impl WindowResult {
     pub fn duration_ns(&self) -> u64 {
         self.end.mono_ns.saturating_sub(self.start.mono_ns)
+    }
+
+    /// The recording has per-thread CPU data (`Threads` events).
+    pub fn has_thread_data(&self) -> bool {
+        !self.threads.is_empty()
     }
 
     /// A stream without an `End` event was cut off (a writer always ends with
@@ -166,6 +204,7 @@ pub struct Aggregator {
     end: Option<EndInfo>,
     probe_drops: BTreeMap<String, u64>,
     own_drops: BTreeMap<&'static str, u64>,
+    attribution: Attributor,
 }
 
 impl Aggregator {
@@ -184,6 +223,10 @@ impl Aggregator {
                 }
             }
             Event::End { partial, reason } => self.end = Some(EndInfo { partial, reason }),
+            e @ (Event::Threads { .. }
+            | Event::Attribution { .. }
+            | Event::Io { .. }
+            | Event::LockSites { .. }) => self.attribution.push(e),
         }
     }
 
@@ -222,6 +265,7 @@ impl Aggregator {
         };
         self.first.get_or_insert(stamp);
         self.last = Some(stamp);
+        self.attribution.on_poll(poll.mono_ns);
 
         // Parents are given by address only; within one poll an address
         // names exactly one live instance.
@@ -415,6 +459,13 @@ impl Aggregator {
                     buffered_bytes: a.buffered_bytes,
                     parallelism,
                     element_ratio: -1.0,
+                    cpu_ns: 0,
+                    udf_cpu_ns: 0,
+                    waits: WaitCounters::default(),
+                    io_bytes_read: 0,
+                    io_read_ns: 0,
+                    files_opened: 0,
+                    files: Vec::new(),
                 }
             })
             .collect();
@@ -428,6 +479,14 @@ impl Aggregator {
             .collect();
         for (op, r) in ops.iter_mut().zip(ratios) {
             op.element_ratio = r;
+        }
+        let attributed = std::mem::take(&mut self.attribution).finish(&mut ops, start, end);
+        if attributed.backwards > 0 {
+            tracing::warn!(
+                count = attributed.backwards,
+                "thread CPU or wait counters went backwards; clamped to 0"
+            );
+            self.drop_own(drops::THREAD_COUNTER_WENT_BACKWARDS, attributed.backwards);
         }
 
         let mut drops: BTreeMap<String, u64> = self.probe_drops;
@@ -446,6 +505,13 @@ impl Aggregator {
                 .into_iter()
                 .map(|(what, count)| event::Drop { what, count })
                 .collect(),
+            cpu: attributed.cpu,
+            threads: attributed.threads,
+            files: attributed.files,
+            lock_sites: attributed.lock_sites,
+            unattributed_waits: attributed.unattributed_waits,
+            non_pipeline_waits: attributed.non_pipeline_waits,
+            unattributed_io_bytes: attributed.unattributed_io_bytes,
         })
     }
 

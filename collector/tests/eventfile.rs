@@ -22,6 +22,41 @@ fn event_file_round_trip_and_collect() {
 }
 
 #[test]
+fn usage_events_round_trip() {
+    // Threads, Attribution, Io and LockSites lines replay to the same result.
+    let dir = scratch_dir("eventfile_usage");
+    let path = dir.join("events.jsonl");
+    let events = usage_events();
+    write_events(&path, &events).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    for kind in ["threads", "attribution", "io", "lock_sites"] {
+        assert!(
+            text.contains(&format!("\"kind\":\"{kind}\"")),
+            "{kind} missing"
+        );
+    }
+    let back = read_events(&path).unwrap();
+    assert_eq!(back, events);
+    let (a, b) = (collect(back).unwrap(), collect(events).unwrap());
+    assert!(a.window.has_thread_data());
+    assert_eq!(a, b);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn events_without_the_newer_fields_parse() {
+    // Older writers omit `waits`, `exited`, `size` and the session counts.
+    let lines = concat!(
+        r#"{"kind":"threads","mono_ns":5,"threads":[{"tid":1,"name":"python3","cpu_ns":10}]}"#,
+        "\n",
+        r#"{"kind":"io","mono_ns":6,"files":[{"path":"/f","op_path":"","tid":1,"bytes_read":1,"reads":1,"opens":0,"read_ns":2}]}"#,
+        "\n",
+    );
+    let evs = read_events_from(lines.as_bytes(), "mem").unwrap();
+    assert_eq!(evs.len(), 2);
+}
+
+#[test]
 fn streaming_writer_and_blank_lines() {
     let mut w = EventWriter::new(Vec::new(), "mem");
     for e in chain_events() {

@@ -40,6 +40,13 @@ fn flatmap_table() {
     check_golden("table_flatmap.txt", flatmap_events());
 }
 
+/// With thread data: CPU, I/O, lock and GIL columns, the CPU balance and
+/// the top files.
+#[test]
+fn usage_table() {
+    check_golden("table_usage.txt", usage_events());
+}
+
 #[test]
 fn table_is_deterministic() {
     let a = collect(flatmap_events()).unwrap().table();

@@ -68,6 +68,64 @@ pub struct Derived {
     pub iter: Option<IteratorLayout>,
     /// Why `node` is None.
     pub model_error: Option<String>,
+    /// `model::Node::record_stop`, for attributing threads' work to ops.
+    #[serde(default)]
+    pub record_stop: Option<ProbePoint>,
+    /// absl's lock slow path and condition-variable wait.
+    #[serde(default)]
+    pub mutex_slow: Option<ProbePoint>,
+    #[serde(default)]
+    pub condvar_wait: Option<ProbePoint>,
+    #[serde(default)]
+    pub mutex_await: Option<ProbePoint>,
+    /// ELF vaddr of TensorFlow's thread name registry pointer in the
+    /// framework library.
+    #[serde(default)]
+    pub thread_registry: Option<u64>,
+}
+
+impl Derived {
+    fn rebase(&mut self, lib: &std::path::Path) {
+        for p in [
+            Some(&mut self.getnext),
+            self.remove_node.as_mut(),
+            self.record_stop.as_mut(),
+            self.mutex_slow.as_mut(),
+            self.condvar_wait.as_mut(),
+            self.mutex_await.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            p.lib = lib.to_path_buf();
+        }
+    }
+}
+
+/// Mangled-name patterns of framework symbols whose names carry a
+/// build-specific part (absl's inline namespace `lts_YYYYMMDD`).
+fn framework_pattern(name: &str) -> Option<usize> {
+    if name.starts_with("_ZN4absl") {
+        if name.ends_with("5Mutex8LockSlowEPKNS0_6MuHowSEPKNS0_9ConditionEi") {
+            return Some(0);
+        }
+        if name.contains("7CondVar10WaitCommonEPNS0_5Mutex") {
+            return Some(1);
+        }
+        // Mutex::Await(Condition): a condition wait without a CondVar.
+        if name.contains("5Mutex11AwaitCommonERKNS0_9Condition") {
+            return Some(3);
+        }
+    }
+    // `static auto* thread_name_registry` inside tsl's
+    // GetThreadNameRegistry() (not its guard variable, `_ZGV...`).
+    if name.starts_with("_ZZN3tsl")
+        && name.contains("GetThreadNameRegistry")
+        && name.contains("20thread_name_registry")
+    {
+        return Some(2);
+    }
+    None
 }
 
 fn cache_dir() -> Option<PathBuf> {
@@ -89,9 +147,36 @@ fn cache_file(target: &Target) -> Option<PathBuf> {
         None => "none".into(),
     };
     Some(cache_dir()?.join(format!(
-        "layout-{}-{fw}-{cc}.json",
+        "layout-{}-2-{fw}-{cc}.json",
         env!("CARGO_PKG_VERSION")
     )))
+}
+
+/// Where the target's Python acquires the GIL: CPython's internal
+/// `take_gil` where the symbol table has it (every acquisition, including
+/// the eval loop's periodic hand-offs), else the exported
+/// `PyEval_RestoreThread` (acquisitions by C code: PyGILState_Ensure, the
+/// end of Py_BEGIN_ALLOW_THREADS). Not cached: the interpreter is not part
+/// of the TensorFlow build.
+pub fn gil_probe(target: &Target) -> Option<(ProbePoint, &'static str)> {
+    let syms = Symbols::new();
+    for lib in &target.python {
+        let Ok(found) = syms.lookup(&lib.host_path, &["take_gil", "PyEval_RestoreThread"]) else {
+            continue;
+        };
+        for (sym, name) in found.into_iter().zip(["take_gil", "PyEval_RestoreThread"]) {
+            if let Some(sym) = sym {
+                return Some((
+                    ProbePoint {
+                        lib: lib.host_path.clone(),
+                        file_offset: sym.file_offset,
+                    },
+                    name,
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Derives (or loads from the cache) what is needed to observe `target`.
@@ -103,10 +188,7 @@ pub fn derive(target: &Target) -> Result<(Derived, bool), AttachError> {
             match serde_json::from_str::<Derived>(&text) {
                 Ok(mut d) => {
                     // Paths go through /proc/PID/root of *this* target.
-                    d.getnext.lib = target.framework.host_path.clone();
-                    if let Some(r) = &mut d.remove_node {
-                        r.lib = target.framework.host_path.clone();
-                    }
+                    d.rebase(&target.framework.host_path);
                     debug!(path = %path.display(), "layout cache hit");
                     return Ok((d, true));
                 }
@@ -202,11 +284,28 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         Ok((n, i)) => (Some(n), Some(i), None),
         Err(e) => (None, None, Some(e.to_string())),
     };
+    let mut extra: [Option<Symbol>; 4] = [None, None, None, None];
+    match syms.find(fw, &framework_pattern) {
+        Ok(found) => {
+            for (i, sym) in found {
+                if let Some(slot) = extra.get_mut(i) {
+                    slot.get_or_insert(sym);
+                }
+            }
+        }
+        Err(e) => warn!("lock and thread-name symbols unavailable: {e}"),
+    }
+    let [mutex_slow, condvar_wait, registry, mutex_await] = extra;
     Ok(Derived {
         getnext: point(&getnext),
         remove_node: remove_node.as_ref().map(point),
         node,
         iter,
         model_error,
+        record_stop: get(4, RECORD_STOP).ok().as_ref().map(point),
+        mutex_slow: mutex_slow.as_ref().map(point),
+        condvar_wait: condvar_wait.as_ref().map(point),
+        mutex_await: mutex_await.as_ref().map(point),
+        thread_registry: registry.map(|s| s.vaddr),
     })
 }

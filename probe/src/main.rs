@@ -3,6 +3,7 @@
 
 mod attach;
 mod bpf;
+mod flamegraph_cmd;
 mod layout;
 mod mem;
 mod model;
@@ -10,6 +11,8 @@ mod output;
 mod record;
 mod symbols;
 mod target;
+mod threads;
+mod usage;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,6 +21,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::record::{ModeChoice, RecordOpts};
+use crate::usage::Attribution;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -53,6 +57,9 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Render saved folded stacks (cpu.folded, offcpu.folded, locks.folded)
+    /// as a flamegraph SVG.
+    Flamegraph(flamegraph_cmd::FlamegraphArgs),
     /// Show what plumber-probe derives from a process's TensorFlow build
     /// (libraries, version, object layout, probe points) as JSON, without
     /// attaching anything.
@@ -90,6 +97,14 @@ struct RecordArgs {
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
+    /// Attribute CPU to ops continuously (a probe on every op transition,
+    /// about a microsecond each) instead of in short windows.
+    #[arg(long)]
+    precise: bool,
+    /// Size of the file-event ring buffer in bytes (a power of two, at
+    /// least a page); tiny sizes are for testing that losses are reported.
+    #[arg(long, hide = true)]
+    io_ringbuf_bytes: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -115,6 +130,7 @@ fn main() -> ExitCode {
         (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
+        (Some(Command::Flamegraph(f)), _) => flamegraph_cmd::run(&f),
         (Some(Command::Replay { events, output }), _) => output::run_replay(&events, &output),
         (None, None) => {
             eprintln!("plumber-probe: nothing to do; try `sudo plumber-probe --pid PID` or `plumber-probe --help`");
@@ -147,7 +163,20 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
         discovery_timeout: Duration::from_secs_f64(r.wait.max(0.1)),
         quiet: r.quiet,
         save_events: None,
+        attribution: if r.precise {
+            Attribution::Continuous
+        } else {
+            Attribution::Sampled
+        },
+        io_ringbuf_bytes: r.io_ringbuf_bytes,
     };
+    if let Some(n) = r.io_ringbuf_bytes {
+        if !n.is_power_of_two() || n < 4096 {
+            return Err(output::usage(format!(
+                "--io-ringbuf-bytes must be a power of two of at least 4096, not {n}"
+            )));
+        }
+    }
     let out = r.output.unwrap_or_else(|| record::default_output(r.pid));
     output::prepare_dir(&out)?;
     let opts = RecordOpts {

@@ -27,6 +27,7 @@ use crate::layout::NodeLayout;
 use crate::mem::Memory;
 use crate::model::{stable_path, ModelReader};
 use crate::target::{self, Target};
+use crate::usage::{Attribution, Usage};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ModeChoice {
@@ -49,6 +50,8 @@ pub struct RecordOpts {
     pub quiet: bool,
     /// Also write every observation here (JSON lines).
     pub save_events: Option<PathBuf>,
+    pub attribution: Attribution,
+    pub io_ringbuf_bytes: Option<u32>,
 }
 
 /// Where observations go as they are made: the collector's aggregator
@@ -311,7 +314,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     };
     let layout = derived.node.unwrap_or_default();
     let mut obj = MaybeUninit::uninit();
-    let bpf = Bpf::load(&mut obj, opts.pid, &layout)?;
+    let bpf = Bpf::load(&mut obj, opts.pid, &layout, opts.io_ringbuf_bytes)?;
     let mut rec = Recording {
         sink: EventSink::new(opts.save_events.as_deref())?,
         reason: String::new(),
@@ -363,7 +366,7 @@ enum Stop {
     TargetExited,
 }
 
-impl Ctx<'_, '_> {
+impl<'a, 'obj> Ctx<'a, 'obj> {
     fn should_stop(&self, window_start: Option<Instant>) -> Option<Stop> {
         if STOP.load(Ordering::SeqCst) {
             return Some(Stop::Signal);
@@ -434,6 +437,7 @@ impl Ctx<'_, '_> {
         let retired = Rc::new(RefCell::new(Vec::new()));
         let bad = Rc::new(RefCell::new(0u64));
         let rb = self.bpf.retired_reader(retired.clone(), bad.clone())?;
+        let mut usage = self.start_usage();
         rec.sink
             .push(Event::Target(target_info(self.target, "model")))?;
 
@@ -540,7 +544,7 @@ impl Ctx<'_, '_> {
             iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             bpf::drain(&rb);
             unreadable += push_retired(&mut rec.sink, &retired)?;
-            self.push_poll(rec, &mut progress, &mut window_start, nodes)?;
+            self.push_poll(rec, &mut progress, &mut window_start, nodes, usage.as_mut())?;
             if let Some(stop) = stopping {
                 break stop;
             }
@@ -570,13 +574,14 @@ impl Ctx<'_, '_> {
                 }
                 continue;
             }
-            self.sleep_interval(window_start);
+            self.sleep_interval(window_start, usage.as_mut());
         };
         progress.done();
         bpf::drain(&rb);
         unreadable += push_retired(&mut rec.sink, &retired)?;
         drop(remove_link);
         let mut drops = self.bpf_drops()?;
+        drops.extend(finish_usage(usage));
         drops.push(DropCount {
             what: "invalid_model_nodes_skipped".into(),
             count: invalid_nodes,
@@ -607,19 +612,28 @@ impl Ctx<'_, '_> {
         progress: &mut Progress,
         window_start: &mut Option<Instant>,
         nodes: Vec<NodeObservation>,
+        usage: Option<&mut Usage<'_, '_>>,
     ) -> Result<()> {
         let (mono_ns, wall_ns) = now_ns();
         let root_elems = nodes.first().map(|n| n.counters.num_elements);
+        let process_cpu_ns = target::process_cpu_ns(self.target.pid).unwrap_or(0);
+        let mut usage = usage;
+        if let Some(u) = usage.as_deref_mut() {
+            u.learn_nodes(&nodes);
+        }
         rec.sink.push(Event::Poll(Poll {
             mono_ns,
             wall_ns,
-            process_cpu_ns: target::process_cpu_ns(self.target.pid).unwrap_or(0),
+            process_cpu_ns,
             nodes,
         }))?;
         let start = *window_start.get_or_insert_with(|| {
             rec.time_to_first_data = self.started.elapsed().as_secs_f64();
             Instant::now()
         });
+        if let Some(u) = usage {
+            u.on_poll(&mut rec.sink, mono_ns)?;
+        }
         progress.tick(
             start.elapsed().as_secs_f64(),
             self.opts.duration.map(|d| d.as_secs_f64()),
@@ -628,11 +642,14 @@ impl Ctx<'_, '_> {
         Ok(())
     }
 
-    fn sleep_interval(&self, window_start: Option<Instant>) {
+    fn sleep_interval(&self, window_start: Option<Instant>, mut usage: Option<&mut Usage<'_, '_>>) {
         // Sleep in small steps so Ctrl-C and the end of the duration are
         // honoured promptly, and the last poll lands on the deadline.
         let until = Instant::now() + self.opts.interval;
         while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+            if let Some(u) = usage.as_deref_mut() {
+                u.tick();
+            }
             if let (Some(d), Some(s)) = (self.opts.duration, window_start) {
                 if s.elapsed() >= d {
                     return;
@@ -667,6 +684,24 @@ impl Ctx<'_, '_> {
                 if v.is_finite() && (1.0..=65536.0).contains(&v) {
                     n.parallelism = Some(v);
                 }
+            }
+        }
+    }
+
+    /// CPU, waits and I/O. Without them the recording still has the
+    /// pipeline's counts, so a failure here is reported, not fatal.
+    fn start_usage(&self) -> Option<Usage<'a, 'obj>> {
+        let mut derived = self.derived.clone();
+        if self.derived.node.is_none() {
+            // record_stop's argument is a model node, which the uprobe
+            // fallback cannot place in the pipeline.
+            derived.record_stop = None;
+        }
+        match Usage::start(self.bpf, self.target, &derived, self.opts.attribution) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                warn!("per-thread CPU, waits and I/O are not measured: {e:#}");
+                None
             }
         }
     }
@@ -708,6 +743,7 @@ impl Ctx<'_, '_> {
         let _links = self
             .bpf
             .attach_getnext_counting(&self.derived.getnext.lib, self.derived.getnext.file_offset)?;
+        let mut usage = self.start_usage();
         rec.sink
             .push(Event::Target(target_info(self.target, "uprobes")))?;
         let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
@@ -777,17 +813,27 @@ impl Ctx<'_, '_> {
             }
             // Root first, as the model walk does.
             nodes.sort_by_key(|n| n.path.matches("::").count());
-            self.push_poll(rec, &mut progress, &mut window_start, nodes)?;
+            self.push_poll(rec, &mut progress, &mut window_start, nodes, usage.as_mut())?;
             if let Some(stop) = stopping {
                 break stop;
             }
-            self.sleep_interval(window_start);
+            self.sleep_interval(window_start, usage.as_mut());
         };
         progress.done();
-        rec.sink.push(Event::Drops {
-            drops: self.bpf_drops()?,
-        })?;
+        let mut drops = self.bpf_drops()?;
+        drops.extend(finish_usage(usage));
+        rec.sink.push(Event::Drops { drops })?;
         self.finish(stop, rec)
+    }
+}
+
+fn finish_usage(usage: Option<Usage<'_, '_>>) -> Vec<DropCount> {
+    match usage {
+        Some(u) => u.finish(),
+        None => vec![DropCount {
+            what: "usage_unavailable".into(),
+            count: 1,
+        }],
     }
 }
 

@@ -73,6 +73,42 @@ impl Symbols {
     }
 }
 
+impl Symbols {
+    /// Every symbol of `lib` whose mangled name `want` accepts, with the
+    /// index of the pattern it matched; for names that carry a build-specific
+    /// part (absl's versioned inline namespace, `lts_20250814`).
+    pub fn find(
+        &self,
+        lib: &Path,
+        want: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<Vec<(usize, Symbol)>, SymbolError> {
+        let mut elf = Elf::new(lib);
+        elf.debug_syms = false;
+        let src = Source::Elf(elf);
+        let mut out = Vec::new();
+        self.inspector
+            .for_each(&src, |s| {
+                if let Some(i) = want(&s.name) {
+                    out.push((
+                        i,
+                        Symbol {
+                            name: s.name.to_string(),
+                            vaddr: s.addr,
+                            size: s.size.unwrap_or(0) as u64,
+                            file_offset: s.file_offset.unwrap_or(0),
+                        },
+                    ));
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+            .map_err(|e| SymbolError::Inspect {
+                path: lib.to_path_buf(),
+                msg: e.to_string(),
+            })?;
+        Ok(out)
+    }
+}
+
 /// The machine code of a function, read from the library file.
 pub fn code(lib: &Path, sym: &Symbol) -> Result<Vec<u8>, SymbolError> {
     let err = |source| SymbolError::Code {

@@ -46,6 +46,9 @@ pub struct Target {
     pub pid: i32,
     pub framework: Library,
     pub cc: Option<Library>,
+    /// Where CPython's GIL functions may live: libpython if mapped, and the
+    /// executable (a statically linked python exports them itself).
+    pub python: Vec<Library>,
     pub tensorflow_version: String,
 }
 
@@ -119,10 +122,23 @@ impl Target {
             })?;
         let cc = find_library(pid, &maps, CC_LIB);
         let tensorflow_version = tensorflow_version(&framework.host_path).unwrap_or_default();
+        let mut python: Vec<Library> = mapped_files(&maps)
+            .filter(|p| {
+                p.rsplit('/')
+                    .next()
+                    .is_some_and(|f| f.starts_with("libpython3") && f.contains(".so"))
+            })
+            .map(|p| library(pid, p))
+            .take(1)
+            .collect();
+        if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
+            python.push(library(pid, &exe.to_string_lossy()));
+        }
         Ok(Target {
             pid,
             framework,
             cc,
+            python,
             tensorflow_version,
         })
     }
@@ -134,6 +150,27 @@ impl Target {
         }
         v
     }
+}
+
+fn library(pid: i32, path: &str) -> Library {
+    Library {
+        path: path.to_string(),
+        host_path: PathBuf::from(format!("/proc/{pid}/root{path}")),
+    }
+}
+
+/// Paths of the files mapped at offset 0 (each object once).
+fn mapped_files(maps: &str) -> impl Iterator<Item = &str> {
+    maps.lines().filter_map(|line| {
+        let mut it = line.splitn(6, char::is_whitespace);
+        let _range = it.next()?;
+        let _perms = it.next()?;
+        let offset = it.next()?;
+        let _dev = it.next()?;
+        let _inode = it.next()?;
+        let path = it.next()?.trim_start();
+        (offset.chars().all(|c| c == '0') && path.starts_with('/')).then_some(path)
+    })
 }
 
 fn find_library(pid: i32, maps: &str, name: &str) -> Option<Library> {

@@ -9,3 +9,4 @@ mod faults;
 mod formats;
 mod harness;
 mod pipelines;
+mod usage;

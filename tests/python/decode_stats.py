@@ -31,6 +31,12 @@ SUMMARY_STAT_FIELDS = [
     "element_ratio",
     "bytes_produced",
     "bytes_consumed",
+    # CPU time, waits and file reads (0 when not measured).
+    "aggregate_processing_time_clock",
+    "aggregate_udf_processing_time_clock",
+    "aggregate_wait_time",
+    "aggregate_disk_bytes_read",
+    "aggregate_elements_consumed",
 ]
 
 

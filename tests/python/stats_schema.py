@@ -105,6 +105,39 @@ PIPELINE_SNAPSHOT_FIELDS = [
     ("spans_context_snapshot", 7, ".tensorflow.SpanContextSnapshot"),
 ]
 
+# plumber-probe's extension fields (docs/stats-format.md), by message. Listed
+# for reference and for the self-test only: they are NOT added to the schema,
+# so a reader with Plumber's schema skips them.
+PROBE_OPSTATS_EXTENSIONS = {
+    "probe_model_name": 1000,
+    "probe_path": 1001,
+    "probe_buffered_elements": 1002,
+    "probe_buffered_bytes": 1003,
+    "probe_instances": 1004,
+    "probe_parallelism": 1005,
+    "probe_lock_wait_ns": 1006,
+    "probe_lock_waits": 1007,
+    "probe_gil_wait_ns": 1008,
+    "probe_gil_waits": 1009,
+    "probe_cond_wait_ns": 1010,
+    "probe_cond_waits": 1011,
+    "probe_futex_wait_ns": 1012,
+    "probe_futex_waits": 1013,
+    "probe_io_bytes_read": 1014,
+    "probe_io_read_ns": 1015,
+    "probe_files_opened": 1016,
+    "probe_files": 1017,
+    "probe_io_wait_ns": 1018,
+}
+PROBE_SNAPSHOT_EXTENSIONS = {
+    "probe_info": 1000,
+    "probe_drops": 1001,
+    "probe_cpu": 1002,
+    "probe_files": 1003,
+    "probe_lock_sites": 1004,
+    "probe_unattributed_io_bytes": 1005,
+}
+
 _CACHE = {}
 
 

@@ -57,6 +57,14 @@ STATS = [
     ("TFRecord", 1600, 1600, 9_000_000, 1, 1.0, 40_000, 0),
 ]
 
+# name -> (aggregate_processing_time_clock, aggregate_udf_processing_time_clock,
+#          aggregate_wait_time, aggregate_disk_bytes_read, aggregate_elements_consumed),
+# as plumber-probe fills them from thread CPU time and file reads.
+USAGE = {
+    "ParallelMapV2": (2_000_000_000, 1_900_000_000, 0, 0, 0),
+    "TFRecord": (8_000_000, 0, 500_000, 4_984_538, 1),
+}
+
 
 def sample_snapshot():
     PS = stats_schema.pipeline_snapshot_class()
@@ -87,6 +95,9 @@ def sample_snapshot():
         s.bytes_consumed = bc
         s.aggregate_udf_processing_time = 7 if name == "ParallelMapV2" else 0
         s.aggregate_inter_op_parallelism = name == "ParallelMapV2"
+        (s.aggregate_processing_time_clock, s.aggregate_udf_processing_time_clock,
+         s.aggregate_wait_time, s.aggregate_disk_bytes_read,
+         s.aggregate_elements_consumed) = USAGE.get(name, (0, 0, 0, 0, 0))
     mi = snap.machine_info
     mi.num_cores = 2
     mi.memory_free = 1 << 30
@@ -118,17 +129,49 @@ def with_extensions(snap):
     stats = list(snap.stats)
     del snap.stats[:]
     data = snap.SerializeToString()
+    ext = stats_schema.PROBE_OPSTATS_EXTENSIONS
     for s in stats:
         body = s.SerializeToString()
         body += field_len(1000, s.name.encode())                       # probe_model_name
         body += field_len(1001, ("Root::" + s.name).encode())          # probe_path
         body += field_varint(1002, 3)                                  # probe_buffered_elements
         body += field_double(1005, 1.5)                                # probe_parallelism
+        if s.name == "ParallelMapV2":
+            # Waits of the op's threads (ns, count), lock to futex.
+            for name in ("probe_lock_wait_ns", "probe_lock_waits", "probe_gil_wait_ns",
+                         "probe_gil_waits", "probe_cond_wait_ns", "probe_cond_waits",
+                         "probe_futex_wait_ns", "probe_futex_waits", "probe_io_wait_ns"):
+                body += field_varint(ext[name], 11)
+        if s.name == "TFRecord":
+            body += field_varint(ext["probe_io_bytes_read"], 4984538)
+            body += field_varint(ext["probe_io_read_ns"], 500000)
+            body += field_varint(ext["probe_files_opened"], 1)
+            body += field_len(ext["probe_files"], PROBE_FILE)
         data += field_len(2, body)
     probe_info = field_len(1, b"model") + field_varint(2, 12345)
     data += field_len(1000, probe_info)                                # probe_info
     data += field_len(1001, field_len(1, b"ring") + field_varint(2, 0))  # probe_drops
+    snap_ext = stats_schema.PROBE_SNAPSHOT_EXTENSIONS
+    thread = (field_varint(1, 77) + field_len(2, b"tf_data_private_threadpool")
+              + field_len(3, b"udf_pool") + field_varint(4, 1_900_000_000)
+              + field_len(6, field_len(1, b"Root::ParallelMapV2") + field_varint(2, 1_900_000_000)))
+    probe_cpu = (field_varint(1, 5_000_000_000) + field_varint(2, 4_000_000_000)
+                 + field_varint(3, 2_008_000_000) + field_varint(4, 1) + field_varint(5, 1)
+                 + field_len(6, thread))
+    data += field_len(snap_ext["probe_cpu"], probe_cpu)
+    data += field_len(snap_ext["probe_files"], PROBE_FILE)
+    lock_site = (field_len(1, b"gil") + field_len(2, b"take_gil") + field_varint(4, 3)
+                 + field_varint(5, 900))
+    data += field_len(snap_ext["probe_lock_sites"], lock_site)
+    data += field_varint(snap_ext["probe_unattributed_io_bytes"], 42)
     return data
+
+
+# One ProbeFile: path, op_path, bytes_read, reads, opens, read_ns, size.
+PROBE_FILE = (field_len(1, b"/data/train-00000-of-00004.tfrecord")
+              + field_len(2, b"Root::TFRecord") + field_varint(3, 4984538)
+              + field_varint(4, 76) + field_varint(5, 1) + field_varint(6, 500000)
+              + field_varint(7, 4984538))
 
 
 def check_summary(out):
@@ -145,9 +188,14 @@ def check_summary(out):
     assert list(out["stats"]) == [s[0] for s in STATS], list(out["stats"])
     for (name, ep, aep, pt, par, er, bp, bc) in STATS:
         st = out["stats"][name]
+        clock, udf_clock, wait, disk, consumed = USAGE.get(name, (0, 0, 0, 0, 0))
         assert st == {"elements_produced": ep, "aggregate_elements_produced": aep,
                       "processing_time": pt, "parallelism": par, "element_ratio": er,
-                      "bytes_produced": bp, "bytes_consumed": bc}, (name, st)
+                      "bytes_produced": bp, "bytes_consumed": bc,
+                      "aggregate_processing_time_clock": clock,
+                      "aggregate_udf_processing_time_clock": udf_clock,
+                      "aggregate_wait_time": wait, "aggregate_disk_bytes_read": disk,
+                      "aggregate_elements_consumed": consumed}, (name, st)
         assert isinstance(st["processing_time"], int)
     assert out["duplicate_stat_names"] == []
 
@@ -174,8 +222,24 @@ def test_extensions_are_skipped():
     data = with_extensions(sample_snapshot())
     out = decode_stats.decode_bytes(data)
     check_summary(out)
-    assert out["skipped_fields"] == {"PipelineSnapshot": [1000, 1001],
-                                     "OpStats": [1000, 1001, 1002, 1005]}, out["skipped_fields"]
+    # Every extension but probe_buffered_bytes (1003) and probe_instances
+    # (1004) is present in the sample, and Plumber's schema skips them all.
+    ops_ext = sorted(set(stats_schema.PROBE_OPSTATS_EXTENSIONS.values()) - {1003, 1004})
+    assert out["skipped_fields"] == {
+        "PipelineSnapshot": sorted(stats_schema.PROBE_SNAPSHOT_EXTENSIONS.values()),
+        "OpStats": ops_ext}, out["skipped_fields"]
+    # The CPU/I-O fields Plumber does have are read.
+    assert out["stats"]["TFRecord"]["aggregate_disk_bytes_read"] == 4984538
+
+
+def test_extension_numbers():
+    # Extensions never collide with Plumber's field numbers.
+    for table in (stats_schema.PROBE_OPSTATS_EXTENSIONS,
+                  stats_schema.PROBE_SNAPSHOT_EXTENSIONS):
+        assert all(n >= 1000 for n in table.values()), table
+        assert len(set(table.values())) == len(table), table
+    plumber = {f[1] for f in stats_schema.OPSTATS_FIELDS}
+    assert not plumber & set(stats_schema.PROBE_OPSTATS_EXTENSIONS.values())
 
 
 def test_graph_is_tensorflow_graphdef():
@@ -250,7 +314,8 @@ def test_cli():
             assert r.stdout == ""
 
 
-TESTS = [test_roundtrip, test_extensions_are_skipped, test_graph_is_tensorflow_graphdef,
+TESTS = [test_roundtrip, test_extensions_are_skipped, test_extension_numbers,
+         test_graph_is_tensorflow_graphdef,
          test_all_fields, test_duplicates, test_bad_inputs, test_cli]
 
 

@@ -158,6 +158,9 @@ def run(module, args):
 
     it = iter(ds)
     count = _leading_dim if batched else (lambda _x: 1)
+    # Optional workload-specific ground truth appended to GT lines
+    # (" key=value ..."), e.g. cpu_burn's pool thread CPU.
+    gt_extra = getattr(module, "gt_extra", lambda: "")
 
     x = next(it)
     root = 1
@@ -166,7 +169,7 @@ def run(module, args):
     interval = max(int(args.gt_interval * 1e9), 1)
     deadline = now + int(args.seconds * 1e9)
     _emit(f"READY pid={os.getpid()} pipeline={name}")
-    _emit(f"GT wall_ns={now} root={root} elems={elems}")
+    _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
     last = (root, now)
     next_gt = now + interval
 
@@ -179,13 +182,13 @@ def run(module, args):
         elems += count(x)
         now = time.time_ns()
         if now >= next_gt:
-            _emit(f"GT wall_ns={now} root={root} elems={elems}")
+            _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
             last = (root, now)
             next_gt += interval
             if next_gt <= now:  # fell behind (stall): restart the grid
                 next_gt = now + interval
     if last[0] != root:
-        _emit(f"GT wall_ns={now} root={root} elems={elems}")
+        _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
     _emit(f"DONE root={root}")
 
     if args.hold > 0:

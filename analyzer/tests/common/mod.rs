@@ -233,8 +233,9 @@ pub fn gil_bound() -> SynthPipeline {
     p
 }
 
-/// GIL wait (summed over the map's threads) for [`gil_bound`]; stats.pb has
-/// no field for it yet, so it is supplied on the input.
+/// GIL wait (summed over the map's threads) for [`gil_bound`], supplied on
+/// the input (a file carries it in `probe_gil_wait_ns`; see
+/// tests/model.rs).
 pub fn gil_input() -> PipelineInput {
     let mut input = PipelineInput::from_snapshot(&gil_bound().snapshot()).expect("valid snapshot");
     input

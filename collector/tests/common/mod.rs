@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use plumber_collector::event::{
-    Drop, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo,
+    AttributionSample, Drop, Event, FileIo, LockSite, NodeCounters, NodeObservation, NodeRetired,
+    Poll, TargetInfo, ThreadObservation, WaitCounters,
 };
 
 pub const MONO0: u64 = 1_000_000_000_000;
@@ -313,6 +314,290 @@ pub fn flatmap_events() -> Vec<Event> {
         end(false, "duration reached"),
     ]
 }
+
+/// CLOCK_MONOTONIC ns `t_ms` after the start (negative: before it).
+pub fn mono_ms(t_ms: i64) -> u64 {
+    (MONO0 as i64 + t_ms * 1_000_000) as u64
+}
+
+pub fn thread(tid: u32, name: &str, cpu_ns: u64) -> ThreadObservation {
+    ThreadObservation {
+        tid,
+        name: name.to_string(),
+        cpu_ns,
+        waits: WaitCounters::default(),
+        exited: false,
+    }
+}
+
+pub fn with_waits(mut t: ThreadObservation, waits: WaitCounters) -> ThreadObservation {
+    t.waits = waits;
+    t
+}
+
+pub fn exited(mut t: ThreadObservation) -> ThreadObservation {
+    t.exited = true;
+    t
+}
+
+pub fn threads_ms(t_ms: i64, threads: Vec<ThreadObservation>) -> Event {
+    Event::Threads {
+        mono_ns: mono_ms(t_ms),
+        threads,
+    }
+}
+
+/// Evidence of `cpu_ns` on `op_path` for `tid`.
+pub fn sample(tid: u32, op_path: &str, cpu_ns: u64) -> AttributionSample {
+    AttributionSample {
+        tid,
+        node: 0xabc,
+        op_path: op_path.to_string(),
+        cpu_ns,
+        waits: WaitCounters::default(),
+        io_bytes: 0,
+        stops: 1,
+    }
+}
+
+pub fn attribution_ms(t_ms: i64, samples: Vec<AttributionSample>) -> Event {
+    Event::Attribution {
+        mono_ns: mono_ms(t_ms),
+        samples,
+    }
+}
+
+pub fn file_io(path: &str, op_path: &str, tid: u32, bytes_read: u64) -> FileIo {
+    FileIo {
+        path: path.to_string(),
+        op_path: op_path.to_string(),
+        tid,
+        bytes_read,
+        reads: bytes_read.div_ceil(100),
+        opens: 1,
+        read_ns: bytes_read * 10,
+        ..Default::default()
+    }
+}
+
+pub fn io_ms(t_ms: i64, files: Vec<FileIo>) -> Event {
+    Event::Io {
+        mono_ns: mono_ms(t_ms),
+        files,
+    }
+}
+
+pub fn lock_site(kind: &str, site: &str, op_path: &str, tid: u32, waits: u64, ns: u64) -> LockSite {
+    LockSite {
+        kind: kind.to_string(),
+        site: site.to_string(),
+        op_path: op_path.to_string(),
+        tid,
+        waits,
+        wait_ns: ns,
+    }
+}
+
+pub fn locks_ms(t_ms: i64, sites: Vec<LockSite>) -> Event {
+    Event::LockSites {
+        mono_ns: mono_ms(t_ms),
+        sites,
+    }
+}
+
+pub const T_MAIN: u32 = 1;
+pub const T_POOL1: u32 = 101;
+pub const T_POOL2: u32 = 102;
+pub const T_GETNEXT: u32 = 201;
+pub const T_READER: u32 = 202;
+pub const T_COMPUTE: u32 = 301;
+pub const POOL: &str = "tf_data_private_threadpool";
+
+/// Root, Prefetch, ParallelMapV2 over a FlatMap whose function builds a
+/// TFRecord, polled at 0, 5 and 10 s. Window processing times:
+/// ParallelMapV2 3 s, FlatMap 1 s (the two function-running ops).
+/// Threads (window CPU):
+/// - two UDF-pool threads: 101 with 4 s + 1 ns and 0.4 s of GIL wait,
+///   102 born at 5 s with 2 s;
+/// - the main Python thread (1), 8 s, evidence 3:1 on Root and Prefetch,
+///   1 s GIL wait (evidence: all on Root) and 0.4 s lock wait (no evidence);
+/// - a pipeline thread without evidence (201), 1 s;
+/// - a reader thread (202) with evidence on TFRecord only, exited at 5 s
+///   after 0.7 s;
+/// - `tf_Compute` (301), 0.5 s, no evidence.
+///
+/// Threads events before the first poll and after the last are ignored.
+pub fn usage_events() -> Vec<Event> {
+    let pipeline = |k: i64| {
+        vec![
+            node(0x10, 1, "Root", P_ROOT, None, c(10 * k, 1_000_000 * k)),
+            node(
+                0x20,
+                2,
+                "Prefetch",
+                P_PREFETCH,
+                Some(0x10),
+                c(10 * k, 1_000_000 * k),
+            ),
+            with_par(
+                node(
+                    0x30,
+                    3,
+                    "ParallelMapV2",
+                    P_UPMAP,
+                    Some(0x20),
+                    c(10 * k, 300_000_000 * k),
+                ),
+                2.0,
+            ),
+            node(
+                0x40,
+                4,
+                "FlatMap",
+                P_UFLATMAP,
+                Some(0x30),
+                c(10 * k, 100_000_000 * k),
+            ),
+            node(
+                0x50,
+                5,
+                "TensorSlice",
+                P_USLICE,
+                Some(0x40),
+                c(k, 1_000 * k),
+            ),
+            fn_node(
+                0x60,
+                6,
+                "TFRecord",
+                P_UTFREC,
+                Some(0x40),
+                c(10 * k, 2_000_000 * k),
+            ),
+        ]
+    };
+    let main_waits = |gil: u64, lock: u64| WaitCounters {
+        gil_wait_ns: gil,
+        gil_waits: gil / 1_000_000,
+        lock_wait_ns: lock,
+        lock_waits: lock / 1_000_000,
+        ..Default::default()
+    };
+    let pool_waits = |gil: u64| WaitCounters {
+        gil_wait_ns: gil,
+        gil_waits: gil / 100_000_000,
+        ..Default::default()
+    };
+    let mut root_waits = sample(T_MAIN, P_ROOT, 6_000);
+    root_waits.waits.gil_wait_ns = 50;
+    vec![
+        target(),
+        // Before the window: neither the baseline nor counted.
+        threads_ms(-1000, vec![thread(T_MAIN, "python3", 1)]),
+        io_ms(-500, vec![file_io("/data/early", P_UTFREC, T_READER, 999)]),
+        poll(0, pipeline(0)),
+        threads_ms(
+            0,
+            vec![
+                with_waits(thread(T_MAIN, "python3", 100 * SEC), main_waits(SEC, SEC)),
+                with_waits(thread(T_POOL1, POOL, 10 * SEC), pool_waits(0)),
+                thread(T_GETNEXT, "tf_data_iterator_get_next", 3 * SEC),
+                thread(T_READER, "tf_data_reader", SEC),
+                thread(T_COMPUTE, "tf_Compute", 0),
+            ],
+        ),
+        // Covers time before the first poll.
+        io_ms(0, vec![file_io("/data/early", P_UTFREC, T_READER, 999)]),
+        locks_ms(0, vec![lock_site("mutex", "early", P_UPMAP, T_POOL1, 1, 1)]),
+        attribution_ms(2000, vec![sample(T_MAIN, P_PREFETCH, 1)]),
+        io_ms(
+            3000,
+            vec![FileIo {
+                size: Some(5_000),
+                ..file_io("/data/a.tfrecord", P_UTFREC, T_READER, 1_000)
+            }],
+        ),
+        locks_ms(
+            4000,
+            vec![
+                lock_site(
+                    "mutex",
+                    "ParallelMapIterator::GetNextInternal",
+                    P_UPMAP,
+                    T_POOL1,
+                    3,
+                    300,
+                ),
+                lock_site(
+                    "mutex",
+                    "ParallelMapIterator::GetNextInternal",
+                    P_UPMAP,
+                    T_POOL2,
+                    2,
+                    200,
+                ),
+                lock_site("gil", "take_gil", "", T_MAIN, 10, 1_000),
+            ],
+        ),
+        poll(5, pipeline(5)),
+        threads_ms(
+            5000,
+            vec![
+                with_waits(thread(T_MAIN, "python3", 104 * SEC), main_waits(SEC, SEC)),
+                with_waits(thread(T_POOL1, POOL, 12 * SEC), pool_waits(0)),
+                thread(T_POOL2, POOL, 0),
+                thread(T_GETNEXT, "tf_data_iterator_get_next", 3 * SEC),
+                exited(thread(T_READER, "tf_data_reader", 1_700_000_000)),
+                thread(T_COMPUTE, "tf_Compute", 0),
+            ],
+        ),
+        io_ms(
+            8000,
+            vec![
+                // Unknown op: the reader's split names TFRecord alone.
+                file_io("/data/b.tfrecord", "", T_READER, 300),
+                // Unknown op: a pool thread's split names two ops.
+                file_io("/data/c", "", T_POOL1, 77),
+                // An op path that is not in the pipeline.
+                file_io("/data/d", "Root::Gone", T_READER, 5),
+            ],
+        ),
+        attribution_ms(
+            9000,
+            vec![
+                root_waits,
+                sample(T_MAIN, P_PREFETCH, 2_000),
+                sample(T_READER, P_UTFREC, 500),
+                // Another pipeline's node, not ours: no evidence.
+                sample(T_GETNEXT, "", 0),
+            ],
+        ),
+        poll(10, pipeline(10)),
+        threads_ms(
+            10_000,
+            vec![
+                with_waits(
+                    thread(T_MAIN, "python3", 108 * SEC),
+                    main_waits(2 * SEC, SEC + 400_000_000),
+                ),
+                with_waits(thread(T_POOL1, POOL, 14 * SEC + 1), pool_waits(400_000_000)),
+                thread(T_POOL2, POOL, 2 * SEC),
+                thread(T_GETNEXT, "tf_data_iterator_get_next", 4 * SEC),
+                exited(thread(T_READER, "tf_data_reader", 1_700_000_000)),
+                thread(T_COMPUTE, "tf_Compute", 500_000_000),
+            ],
+        ),
+        // After the window: ignored.
+        threads_ms(11_000, vec![thread(T_MAIN, "python3", 999 * SEC)]),
+        io_ms(11_000, vec![file_io("/data/late", P_UTFREC, T_READER, 999)]),
+        end(false, "duration reached"),
+    ]
+}
+
+pub const P_UPMAP: &str = "Root::Prefetch::ParallelMapV2";
+pub const P_UFLATMAP: &str = "Root::Prefetch::ParallelMapV2::FlatMap";
+pub const P_USLICE: &str = "Root::Prefetch::ParallelMapV2::FlatMap::TensorSlice";
+pub const P_UTFREC: &str = "Root::Prefetch::ParallelMapV2::FlatMap::TFRecord";
 
 /// A unique scratch directory for one test.
 pub fn scratch_dir(test: &str) -> std::path::PathBuf {

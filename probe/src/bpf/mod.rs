@@ -21,7 +21,7 @@ mod skel {
 }
 use skel::{ProbeSkel, ProbeSkelBuilder};
 
-pub use types::{IterStats, RetiredEvent, DROP_NAMES};
+pub use types::{Attr, IoEvent, IterStats, RetiredEvent, SiteKey, ThreadState, DROP_NAMES};
 
 #[derive(Debug, Error)]
 pub enum BpfError {
@@ -44,13 +44,22 @@ pub struct Bpf<'obj> {
 }
 
 impl<'obj> Bpf<'obj> {
+    /// `io_ringbuf_bytes`: size of the file-event ring buffer (a power of
+    /// two, at least a page); small values test that drops are reported.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         pid: i32,
         layout: &NodeLayout,
+        io_ringbuf_bytes: Option<u32>,
     ) -> Result<Self, BpfError> {
         let builder = ProbeSkelBuilder::default();
         let mut open = builder.open(obj).map_err(BpfError::Load)?;
+        if let Some(n) = io_ringbuf_bytes {
+            open.maps
+                .io_events
+                .set_max_entries(n)
+                .map_err(BpfError::Load)?;
+        }
         let (pidns_dev, pidns_ino) = own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target_tgid = pid as u32;
@@ -130,6 +139,180 @@ impl<'obj> Bpf<'obj> {
             offset,
         )?;
         Ok((a, b))
+    }
+
+    /// `model::Node::record_stop`, during attribution windows only.
+    pub fn attach_record_stop(&self, lib: &Path, offset: u64) -> Result<Link, BpfError> {
+        self.attach(
+            &self.skel.progs.record_stop_probe,
+            "record_stop attribution probe",
+            false,
+            lib,
+            offset,
+        )
+    }
+
+    /// Entry and return probes on one lock slow path.
+    pub fn attach_wait(
+        &self,
+        kind: WaitProbe,
+        lib: &Path,
+        offset: u64,
+    ) -> Result<(Link, Link), BpfError> {
+        let p = &self.skel.progs;
+        let (enter, exit, what) = match kind {
+            WaitProbe::Mutex => (&p.mutex_enter, &p.mutex_exit, "absl::Mutex::LockSlow probe"),
+            WaitProbe::CondVar => (
+                &p.cond_enter,
+                &p.cond_exit,
+                "absl::CondVar::WaitCommon probe",
+            ),
+            WaitProbe::Gil => (&p.gil_enter, &p.gil_exit, "GIL acquisition probe"),
+        };
+        // Return probe first: a thread entering between the two attaches
+        // must not count an entry whose return is never seen (its nesting
+        // depth would never come back to zero); a return without an entry
+        // is harmless and counted.
+        let exit = self.attach(exit, what, true, lib, offset)?;
+        let enter = self.attach(enter, what, false, lib, offset)?;
+        Ok((enter, exit))
+    }
+
+    /// The scheduler and syscall tracepoints (BTF-typed: no tracefs needed).
+    pub fn attach_tracepoints(&self) -> Result<Vec<Link>, BpfError> {
+        let p = &self.skel.progs;
+        let mut links = Vec::new();
+        for (prog, what) in [
+            (&p.on_switch, "sched_switch"),
+            (&p.on_sys_enter, "sys_enter"),
+            (&p.on_sys_exit, "sys_exit"),
+        ] {
+            links.push(prog.attach().map_err(|source| BpfError::Attach {
+                what,
+                lib: "kernel tracepoint".into(),
+                offset: 0,
+                source,
+            })?);
+        }
+        Ok(links)
+    }
+
+    /// Starts a new attribution window: work before it is not attributed.
+    pub fn bump_attr_gen(&self) -> Result<(), BpfError> {
+        let m = &self.skel.maps.bss;
+        let key = 0u32.to_ne_bytes();
+        let mut v = m
+            .lookup(&key, MapFlags::ANY)
+            .map_err(|e| BpfError::Map("bss", e))?
+            .unwrap_or_default();
+        if let Some(gen) = v.get_mut(0..4) {
+            let next = u32::from_ne_bytes(gen.try_into().unwrap_or([0; 4])).wrapping_add(1);
+            gen.copy_from_slice(&next.to_ne_bytes());
+            m.update(&key, &v, MapFlags::ANY)
+                .map_err(|e| BpfError::Map("bss", e))?;
+        }
+        Ok(())
+    }
+
+    /// Per-thread state, keyed by global tid.
+    pub fn threads(&self) -> Result<Vec<(u32, ThreadState)>, BpfError> {
+        self.read_map("threads", &self.skel.maps.threads, |k, v| {
+            Some((
+                u32::from_ne_bytes(k.get(0..4)?.try_into().ok()?),
+                ThreadState::from_bytes(v)?,
+            ))
+        })
+    }
+
+    pub fn forget_thread(&self, tid: u32) {
+        // Already gone is fine: the thread's values were read.
+        let _ = self.skel.maps.threads.delete(&tid.to_ne_bytes());
+    }
+
+    pub fn attribution(&self) -> Result<Vec<Attr>, BpfError> {
+        self.read_map("attr", &self.skel.maps.attr, Attr::from_bytes)
+    }
+
+    /// Per call site: (waits, wait ns), cumulative.
+    pub fn lock_sites(&self) -> Result<Vec<(SiteKey, SiteTotals)>, BpfError> {
+        self.read_map("lock_sites", &self.skel.maps.lock_sites, |k, v| {
+            Some((SiteKey::from_bytes(k)?, types::site_value(v)?))
+        })
+    }
+
+    /// User stack addresses of a stack id, innermost first.
+    pub fn stack(&self, id: i64) -> Vec<u64> {
+        let Ok(id) = u32::try_from(id) else {
+            return Vec::new();
+        };
+        match self
+            .skel
+            .maps
+            .stack_traces
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+        {
+            Ok(Some(v)) => v
+                .chunks_exact(8)
+                .filter_map(|c| c.try_into().ok().map(u64::from_ne_bytes))
+                .take_while(|&a| a != 0)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Marks a file descriptor of the target as one whose reads are
+    /// followed (for files already open when we attach).
+    pub fn track_fd(&self, fd: u32) -> Result<(), BpfError> {
+        self.skel
+            .maps
+            .fds
+            .update(&fd.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| BpfError::Map("fds", e))
+    }
+
+    /// Stops following a file descriptor (a pseudo-file).
+    pub fn untrack_fd(&self, fd: u32) {
+        // Already closed is fine.
+        let _ = self.skel.maps.fds.delete(&fd.to_ne_bytes());
+    }
+
+    fn read_map<T>(
+        &self,
+        name: &'static str,
+        m: &libbpf_rs::MapMut<'_>,
+        decode: impl Fn(&[u8], &[u8]) -> Option<T>,
+    ) -> Result<Vec<T>, BpfError> {
+        let mut out = Vec::new();
+        for k in m.keys() {
+            // A key deleted between keys() and lookup() is simply skipped.
+            if let Some(v) = m
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| BpfError::Map(name, e))?
+            {
+                if let Some(t) = decode(&k, &v) {
+                    out.push(t);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A ring buffer reader for file events.
+    pub fn io_reader(
+        &self,
+        sink: Rc<RefCell<Vec<IoEvent>>>,
+        bad: Rc<RefCell<u64>>,
+    ) -> Result<RingBuffer<'_>, BpfError> {
+        let mut b = RingBufferBuilder::new();
+        b.add(&self.skel.maps.io_events, move |data: &[u8]| {
+            match IoEvent::from_bytes(data) {
+                Some(e) => sink.borrow_mut().push(e),
+                None => *bad.borrow_mut() += 1,
+            }
+            0
+        })
+        .map_err(|e| BpfError::Map("io_events", e))?;
+        b.build().map_err(|e| BpfError::Map("io_events", e))
     }
 
     /// Iterator pointers seen by the discovery probe, with hit counts.
@@ -218,6 +401,16 @@ impl<'obj> Bpf<'obj> {
         .map_err(|e| BpfError::Map("events", e))?;
         b.build().map_err(|e| BpfError::Map("events", e))
     }
+}
+
+/// (waits, wait ns) of one lock call site.
+pub type SiteTotals = (u64, u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitProbe {
+    Mutex,
+    CondVar,
+    Gil,
 }
 
 /// Our PID namespace as the kernel names it for

@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 7] = [
+pub const DROP_NAMES: [&str; 14] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -10,7 +10,164 @@ pub const DROP_NAMES: [&str; 7] = [
     "getnext_unmatched_return",
     "iter_stats_map_full",
     "thread_map_full",
+    "cpu_thread_map_full",
+    "attribution_map_full",
+    "lock_site_map_full",
+    "stack_id_failed",
+    "io_ringbuf_full",
+    "fd_map_full",
+    "wait_unmatched_return",
 ];
+
+/// `enum pp_wait_kind`.
+pub const WAIT_LOCK: usize = 0;
+pub const WAIT_COND: usize = 1;
+pub const WAIT_GIL: usize = 2;
+pub const WAIT_FUTEX: usize = 3;
+pub const WAIT_IO: usize = 4;
+const WAIT_KINDS: usize = 5;
+
+/// `struct pp_waits`: ns and counts per wait kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waits {
+    pub ns: [u64; WAIT_KINDS],
+    pub n: [u64; WAIT_KINDS],
+}
+
+impl Waits {
+    const SIZE: usize = 2 * WAIT_KINDS * 8;
+
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        let mut w = Waits::default();
+        for i in 0..WAIT_KINDS {
+            w.ns[i] = u64_at(b, i)?;
+            w.n[i] = u64_at(b, WAIT_KINDS + i)?;
+        }
+        Some(w)
+    }
+}
+
+/// `struct pp_thread`, the parts user space reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    pub ns_tid: u32,
+    pub exited: bool,
+    pub cpu_ns: u64,
+    pub waits: Waits,
+}
+
+pub const THREAD_STATE_SIZE: usize = 256;
+const THREAD_EXITED: u32 = 1;
+
+impl ThreadState {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < THREAD_STATE_SIZE {
+            return None;
+        }
+        Some(ThreadState {
+            ns_tid: u32_at(b, 0)?,
+            exited: u32_at(b, 4)? & THREAD_EXITED != 0,
+            cpu_ns: u64_at(b, 1)?,
+            waits: Waits::from_bytes(b.get(16..16 + Waits::SIZE)?)?,
+        })
+    }
+}
+
+/// `struct pp_attr_key` / `struct pp_attr`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attr {
+    pub tid: u32,
+    pub node: u64,
+    pub cpu_ns: u64,
+    pub io_bytes: u64,
+    pub stops: u64,
+    pub waits: Waits,
+}
+
+impl Attr {
+    pub fn from_bytes(key: &[u8], v: &[u8]) -> Option<Self> {
+        Some(Attr {
+            tid: u32_at(key, 0)?,
+            node: u64_at(key, 1)?,
+            cpu_ns: u64_at(v, 0)?,
+            io_bytes: u64_at(v, 1)?,
+            stops: u64_at(v, 2)?,
+            waits: Waits::from_bytes(v.get(32..32 + Waits::SIZE)?)?,
+        })
+    }
+}
+
+/// `struct pp_site_key` / `struct pp_site`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteKey {
+    pub ns_tid: u32,
+    pub kind: u32,
+    pub stack_id: i64,
+}
+
+impl SiteKey {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        Some(SiteKey {
+            ns_tid: u32_at(b, 0)?,
+            kind: u32_at(b, 4)?,
+            stack_id: u64_at(b, 1)? as i64,
+        })
+    }
+}
+
+/// (waits, wait_ns) of one site.
+pub fn site_value(b: &[u8]) -> Option<(u64, u64)> {
+    Some((u64_at(b, 0)?, u64_at(b, 1)?))
+}
+
+pub const IO_OPEN: u32 = 1;
+pub const IO_READ: u32 = 2;
+pub const IO_CLOSE: u32 = 3;
+pub const IO_EVENT_HEAD: usize = 48;
+pub const PATH_LEN: usize = 256;
+
+/// `struct pp_io_event`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoEvent {
+    pub mono_ns: u64,
+    pub ns_tid: u32,
+    pub kind: u32,
+    pub fd: i32,
+    pub stack_id: i64,
+    pub ret: i64,
+    pub dur_ns: u64,
+    pub path: String,
+}
+
+impl IoEvent {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < IO_EVENT_HEAD {
+            return None;
+        }
+        let kind = u32_at(b, 12)?;
+        let path = if kind == IO_OPEN {
+            let p = b.get(IO_EVENT_HEAD..(IO_EVENT_HEAD + PATH_LEN).min(b.len()))?;
+            let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
+            String::from_utf8_lossy(&p[..end]).into_owned()
+        } else {
+            String::new()
+        };
+        Some(IoEvent {
+            mono_ns: u64_at(b, 0)?,
+            ns_tid: u32_at(b, 8)?,
+            kind,
+            fd: u32_at(b, 16)? as i32,
+            stack_id: u64_at(b, 3)? as i64,
+            ret: u64_at(b, 4)? as i64,
+            dur_ns: u64_at(b, 5)?,
+            path,
+        })
+    }
+}
+
+fn u32_at(b: &[u8], byte: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(byte..byte + 4)?.try_into().ok()?))
+}
 
 pub const RETIRED_EVENT_SIZE: usize = 8 * 11 + 4 + 4 + NAME_LEN;
 pub const NAME_LEN: usize = 32;
@@ -102,5 +259,28 @@ mod tests {
         assert_eq!(e.id, 42);
         assert_eq!(e.name, "TFRecord");
         assert!(RetiredEvent::from_bytes(&b[..100]).is_none());
+    }
+
+    #[test]
+    fn thread_and_io_layouts_match_c() {
+        let mut t = vec![0u8; THREAD_STATE_SIZE];
+        t[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        t[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        t[8..16].copy_from_slice(&99u64.to_ne_bytes());
+        // waits.ns[GIL] at 16 + 2*8, waits.n[GIL] at 16 + (5+2)*8.
+        t[32..40].copy_from_slice(&5u64.to_ne_bytes());
+        t[72..80].copy_from_slice(&2u64.to_ne_bytes());
+        let s = ThreadState::from_bytes(&t).expect("decodes");
+        assert_eq!((s.ns_tid, s.exited, s.cpu_ns), (7, true, 99));
+        assert_eq!((s.waits.ns[WAIT_GIL], s.waits.n[WAIT_GIL]), (5, 2));
+
+        let mut e = vec![0u8; IO_EVENT_HEAD + PATH_LEN];
+        e[12..16].copy_from_slice(&IO_OPEN.to_ne_bytes());
+        e[16..20].copy_from_slice(&3i32.to_ne_bytes());
+        e[24..32].copy_from_slice(&(-1i64).to_ne_bytes());
+        e[48..52].copy_from_slice(b"/a/b");
+        let ev = IoEvent::from_bytes(&e).expect("decodes");
+        assert_eq!((ev.fd, ev.stack_id, ev.path.as_str()), (3, -1, "/a/b"));
+        assert!(IoEvent::from_bytes(&e[..40]).is_none());
     }
 }

@@ -1,0 +1,259 @@
+//! Golden flamegraphs: the folded stacks and SVGs of the fixed sample set
+//! of `plumber_collector::stacks::synth` (tests/golden/flame_demo/), and a
+//! plain (not coloured by op) rendering of its cpu.folded
+//! (tests/golden/flame_plain/). As in golden.rs, a missing golden file is
+//! created and PLUMBER_BLESS=1 rewrites them all:
+//!
+//!     PLUMBER_BLESS=1 cargo test -p plumber-analyzer --test flamegraph
+
+use std::path::{Path, PathBuf};
+
+use plumber_analyzer::flamegraph::{
+    parse_folded, render_folded, render_stacks, write_stack_outputs, FlameOptions,
+    StackOutputOptions,
+};
+use plumber_collector::stacks::synth::{demo_aggregator, demo_spans};
+use plumber_collector::stacks::{folded_text, FoldedKind, TraceOptions};
+
+fn golden_dir(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(case)
+}
+
+fn check_golden(case: &str, file: &str, actual: &str) {
+    let dir = golden_dir(case);
+    let path = dir.join(file);
+    let bless = std::env::var("PLUMBER_BLESS").is_ok_and(|v| v == "1");
+    if bless || !path.exists() {
+        std::fs::create_dir_all(&dir).expect("create golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        eprintln!("golden file written: {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).expect("read golden file");
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the output at line {} (PLUMBER_BLESS=1 to accept):\n  golden: {:?}\n  actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+/// The fill of the frame whose tooltip starts with `name (`.
+fn fill_of(svg: &str, name: &str) -> Option<String> {
+    let at = svg.find(&format!("<title>{name} ("))?;
+    let rest = &svg[at..];
+    let f = rest.find("fill=\"")? + "fill=\"".len();
+    let end = rest[f..].find('"')?;
+    Some(rest[f..f + end].to_string())
+}
+
+#[test]
+fn demo_folded_and_svgs() {
+    let agg = demo_aggregator();
+    for kind in FoldedKind::ALL {
+        let folded = folded_text(&agg, kind);
+        check_golden("flame_demo", &kind.folded_file(), &folded);
+        let svg = render_stacks(&agg, kind, &FlameOptions::for_kind(kind))
+            .expect("render")
+            .expect("every kind has weight in the demo set");
+        check_golden("flame_demo", &kind.svg_file(), &svg);
+        assert!(svg.contains(kind.title()), "{kind:?}: title");
+        assert!(
+            svg.contains(&format!(" {},", kind.count_name())),
+            "{kind:?}: count name"
+        );
+    }
+}
+
+#[test]
+fn folded_lines_are_rooted_sorted_and_sanitized() {
+    let agg = demo_aggregator();
+    let cpu = folded_text(&agg, FoldedKind::Cpu);
+    let lines: Vec<&str> = cpu.lines().collect();
+    let mut sorted = lines.clone();
+    sorted.sort_unstable();
+    assert_eq!(lines, sorted);
+    assert!(cpu.ends_with('\n'));
+    for l in &lines {
+        assert!(l.starts_with('['), "{l}");
+        // Exactly one space-separated count at the end.
+        let (stack, count) = l.rsplit_once(' ').expect("count");
+        assert!(count.parse::<u64>().is_ok(), "{l}");
+        assert!(!stack.contains('\n'));
+    }
+    assert!(cpu.contains("[ParallelMapV2];tf_data_private_threadpool;start_thread;"));
+    assert!(
+        cpu.contains(";DecodeJpeg;jpeg_idct_islow 40000000\n"),
+        "two threads of one role fold together:\n{cpu}"
+    );
+    assert!(cpu.contains("std::array<float: 4>::fill(float const&) 2000000\n"));
+    assert!(cpu.contains("[outside pipeline];python3;_start;"));
+    assert!(cpu.contains("[outside pipeline];tf_Compute;"));
+    let locks = folded_text(&agg, FoldedKind::Locks);
+    assert!(
+        locks.contains(";PyGILState_Ensure;take_gil;pthread_cond_timedwait;[lock: gil] 30000000\n"),
+        "{locks}"
+    );
+    assert!(
+        locks.contains(";pthread_cond_wait;[lock: condvar] 50000000\n"),
+        "{locks}"
+    );
+    assert!(
+        locks.contains(";syscall;[lock: futex] 4000000\n"),
+        "{locks}"
+    );
+    // The totals of the folded files are the sample totals.
+    let total = |t: &str| -> u64 {
+        t.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(_, c)| c.parse::<u64>().unwrap_or(0))
+            .sum()
+    };
+    let w = agg.totals();
+    assert_eq!(total(&cpu), w.cpu_ns);
+    assert_eq!(total(&locks), w.lock_wait_ns.total());
+    assert_eq!(total(&folded_text(&agg, FoldedKind::Offcpu)), w.offcpu_ns);
+    assert_eq!(total(&folded_text(&agg, FoldedKind::Io)), w.io_bytes);
+}
+
+#[test]
+fn colours_follow_the_op_and_gil_frames_stand_out() {
+    let agg = demo_aggregator();
+    let cpu = render_stacks(
+        &agg,
+        FoldedKind::Cpu,
+        &FlameOptions::for_kind(FoldedKind::Cpu),
+    )
+    .expect("render")
+    .expect("svg");
+    let locks = render_stacks(
+        &agg,
+        FoldedKind::Locks,
+        &FlameOptions::for_kind(FoldedKind::Locks),
+    )
+    .expect("render")
+    .expect("svg");
+    // The same op has the same root colour in every graph.
+    let root = fill_of(&cpu, "[ParallelMapV2]").expect("map root in cpu.svg");
+    assert_eq!(
+        fill_of(&locks, "[ParallelMapV2]").as_deref(),
+        Some(root.as_str())
+    );
+    assert_ne!(fill_of(&cpu, "[BatchV2]").as_deref(), Some(root.as_str()));
+    assert_eq!(
+        fill_of(&cpu, "[outside pipeline]").as_deref(),
+        Some("rgb(128,128,128)")
+    );
+    // GIL frames are magenta in locks.svg.
+    let gil = "rgb(230,30,180)";
+    for f in [
+        "take_gil",
+        "PyGILState_Ensure",
+        "PyEval_RestoreThread",
+        "[lock: gil]",
+    ] {
+        assert_eq!(fill_of(&locks, f).as_deref(), Some(gil), "{f}");
+    }
+    assert_ne!(fill_of(&locks, "[lock: condvar]").as_deref(), Some(gil));
+    // Rendering again, or the other order, gives the same bytes.
+    let again = render_stacks(
+        &agg,
+        FoldedKind::Cpu,
+        &FlameOptions::for_kind(FoldedKind::Cpu),
+    )
+    .expect("render")
+    .expect("svg");
+    assert_eq!(cpu, again);
+}
+
+#[test]
+fn plain_rendering_of_a_saved_file() {
+    let agg = demo_aggregator();
+    let text = folded_text(&agg, FoldedKind::Cpu);
+    let opts = FlameOptions {
+        title: "cpu.folded".into(),
+        count_name: "samples".into(),
+        ..Default::default()
+    };
+    let svg = render_folded(text.as_bytes(), &opts).expect("render");
+    check_golden("flame_plain", "cpu.svg", &svg);
+    assert!(svg.contains(">cpu.folded<"));
+    // Duplicated lines in a hand-made file merge into the same graph.
+    let doubled = format!("{text}{text}");
+    let lines = parse_folded(doubled.as_bytes()).expect("parse");
+    assert_eq!(lines.len(), text.lines().count());
+}
+
+#[test]
+fn no_weight_no_svg() {
+    let agg = plumber_collector::stacks::StackAggregator::new();
+    let r = render_stacks(&agg, FoldedKind::Cpu, &FlameOptions::default()).expect("render");
+    assert!(r.is_none());
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn write_stack_outputs_writes_every_file() {
+    let dir = std::env::temp_dir().join(format!("plumber-flame-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let agg = demo_aggregator();
+    let opts = StackOutputOptions {
+        trace: TraceOptions {
+            pid: 4242,
+            process_name: "python3 train.py".into(),
+            base_ns: None,
+        },
+        ..Default::default()
+    };
+    let out = write_stack_outputs(&dir, &agg, &demo_spans(), &opts).expect("write");
+    assert_eq!(out.folded.len(), 4);
+    assert_eq!(out.svg.len(), 4);
+    // The same bytes as the goldens (rendered in parallel here).
+    for kind in FoldedKind::ALL {
+        let g = golden_dir("flame_demo");
+        for f in [kind.folded_file(), kind.svg_file()] {
+            assert!(
+                read(&dir.join(&f)) == read(&g.join(&f)),
+                "{f} differs from its golden"
+            );
+        }
+    }
+    assert!(std::fs::metadata(&out.profile).expect("profile").len() > 0);
+    assert_eq!(out.trace_summary.spans, demo_spans().len());
+    let trace: serde_json::Value =
+        serde_json::from_str(&read(&out.trace)).expect("trace.json parses");
+    assert!(trace["traceEvents"].is_array());
+    let leftovers = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .count();
+    assert_eq!(leftovers, 0);
+    // Only what has weight gets an SVG.
+    let mut cpu_only = plumber_collector::stacks::StackAggregator::new();
+    cpu_only.add_parts(
+        &plumber_collector::stacks::ThreadInfo::new(1, "t"),
+        None,
+        &["main"],
+        plumber_collector::stacks::Weight::CpuNs(5),
+    );
+    let dir2 = dir.join("cpu-only");
+    let out =
+        write_stack_outputs(&dir2, &cpu_only, &[], &StackOutputOptions::default()).expect("write");
+    assert_eq!(out.svg, vec![dir2.join("cpu.svg")]);
+    assert_eq!(read(&dir2.join("locks.folded")), "");
+    let _ = std::fs::remove_dir_all(&dir);
+}

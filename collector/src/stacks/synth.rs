@@ -1,0 +1,268 @@
+//! A small fixed set of stack samples and spans, as the stack sampler would
+//! report them for an image pipeline (TFRecord → ParallelMapV2 (JPEG decode,
+//! a py_function waiting for the GIL) → BatchV2 → Prefetch, with the Python
+//! main thread and a compute thread outside the pipeline). The golden,
+//! pprof and trace.json tests of the collector, the analyzer and the CLI
+//! use it.
+
+use super::aggregate::StackAggregator;
+use super::sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
+use super::trace::Span;
+
+const MS: u64 = 1_000_000;
+
+const THREAD_FN: &[&str] = &[
+    "start_thread",
+    "tensorflow::(anonymous namespace)::PThread::ThreadFn(void*)",
+    "tensorflow::thread::EigenEnvironment::CreateThread(std::function<void ()>)::{lambda()#1}::operator()() const",
+];
+
+fn ops() -> [OpRef; 3] {
+    [
+        OpRef::new("Root::Prefetch::BatchV2::ParallelMapV2", "ParallelMapV2"),
+        OpRef::new("Root::Prefetch::BatchV2", "BatchV2"),
+        OpRef::new(
+            "Root::Prefetch::BatchV2::ParallelMapV2::TFRecord",
+            "TFRecord",
+        ),
+    ]
+}
+
+fn sample(thread: &ThreadInfo, op: Option<&OpRef>, frames: &[&str], weight: Weight) -> StackSample {
+    StackSample {
+        thread: thread.clone(),
+        op: op.cloned(),
+        frames: THREAD_FN
+            .iter()
+            .chain(frames)
+            .map(|f| f.to_string())
+            .collect(),
+        weight,
+    }
+}
+
+/// The samples, in arrival order (identical stacks repeated).
+pub fn demo_samples() -> Vec<StackSample> {
+    let [map, batch, tfrecord] = ops();
+    let pool = |tid| ThreadInfo::new(tid, "tf_data_privat").with_role("tf_data_private_threadpool");
+    let (w1, w2) = (pool(101), pool(102));
+    let prefetch = ThreadInfo::new(140, "tf_data_prefet").with_role("tf_data_prefetch");
+    let reader = ThreadInfo::new(150, "tf_data_private_threadpool");
+    let python = ThreadInfo::new(120, "python3");
+    let compute = ThreadInfo::new(130, "tf_Compute");
+
+    let map_fn = [
+        "tensorflow::data::ParallelMapDatasetOp::Dataset::Iterator::RunnerThread(std::shared_ptr<tensorflow::data::IteratorContext> const&)",
+        "tensorflow::data::InstantiatedCapturedFunction::Run(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>&&, std::vector<tensorflow::Tensor>*, std::shared_ptr<tensorflow::model::Node> const&) const",
+    ];
+    let decode = |leaf: &'static str| -> Vec<&'static str> {
+        let mut v = map_fn.to_vec();
+        v.extend([
+            "tensorflow::DecodeImageV2Op::Compute(tensorflow::OpKernelContext*)",
+            "DecodeJpeg",
+            leaf,
+        ]);
+        v
+    };
+    let py_udf = {
+        let mut v = map_fn.to_vec();
+        v.extend([
+            "tensorflow::EagerPyFunc::Compute(tensorflow::OpKernelContext*)",
+            "PyGILState_Ensure",
+            "take_gil",
+            "pthread_cond_timedwait",
+        ]);
+        v
+    };
+    let batch_copy = [
+        "tensorflow::data::BatchDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)",
+        "tensorflow::data::CopyPartialBatch(long, tensorflow::Tensor const&, tensorflow::Tensor*)",
+        "__memmove_avx_unaligned_erms",
+    ];
+    let batch_wait = [
+        "tensorflow::data::BatchDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)",
+        "tensorflow::data::ParallelMapDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)",
+        "tensorflow::condition_variable::wait(tensorflow::mutex_lock&)",
+        "pthread_cond_wait",
+    ];
+    let read = |leaf: &'static str| -> Vec<&'static str> {
+        vec![
+            "tensorflow::data::TFRecordDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)",
+            "tensorflow::io::RecordReader::ReadRecord(unsigned long*, tsl::tstring*)",
+            leaf,
+        ]
+    };
+    let main_loop = ["_start", "Py_RunMain", "_PyEval_EvalFrameDefault"];
+
+    let mut v = Vec::new();
+    for _ in 0..3 {
+        v.push(sample(
+            &w1,
+            Some(&map),
+            &decode("jpeg_idct_islow"),
+            Weight::CpuNs(10 * MS),
+        ));
+    }
+    v.push(sample(
+        &w2,
+        Some(&map),
+        &decode("jpeg_idct_islow"),
+        Weight::CpuNs(10 * MS),
+    ));
+    v.push(sample(
+        &w2,
+        Some(&map),
+        &decode("decode_mcu"),
+        Weight::CpuNs(25 * MS),
+    ));
+    v.push(sample(
+        &w1,
+        Some(&map),
+        &[map_fn[0], map_fn[1], "[jit]"],
+        Weight::CpuNs(5 * MS),
+    ));
+    // A C++ name with `;` in it: the folded output must not split it.
+    v.push(sample(
+        &w1,
+        Some(&map),
+        &[map_fn[0], "std::array<float; 4>::fill(float const&)"],
+        Weight::CpuNs(2 * MS),
+    ));
+    for w in [&w1, &w2] {
+        v.push(sample(
+            w,
+            Some(&map),
+            &py_udf,
+            Weight::LockWaitNs {
+                ns: 15 * MS,
+                lock: LockKind::Gil,
+            },
+        ));
+    }
+    v.push(sample(
+        &prefetch,
+        Some(&batch),
+        &batch_copy,
+        Weight::CpuNs(8 * MS),
+    ));
+    v.push(sample(
+        &prefetch,
+        Some(&batch),
+        &batch_wait,
+        Weight::LockWaitNs {
+            ns: 50 * MS,
+            lock: LockKind::Condvar,
+        },
+    ));
+    v.push(sample(
+        &reader,
+        Some(&tfrecord),
+        &read("crc32c::ExtendSse42"),
+        Weight::CpuNs(3 * MS),
+    ));
+    v.push(sample(
+        &reader,
+        Some(&tfrecord),
+        &read("__pread64"),
+        Weight::OffcpuNs(12 * MS),
+    ));
+    v.push(sample(
+        &reader,
+        Some(&tfrecord),
+        &read("__pread64"),
+        Weight::IoBytes(1 << 20),
+    ));
+    v.push(StackSample {
+        thread: python.clone(),
+        op: None,
+        frames: main_loop
+            .iter()
+            .map(|f| f.to_string())
+            .chain(["[unknown]".to_string()])
+            .collect(),
+        weight: Weight::CpuNs(7 * MS),
+    });
+    v.push(StackSample {
+        thread: python,
+        op: None,
+        frames: main_loop
+            .iter()
+            .chain(&["PyEval_RestoreThread", "take_gil", "pthread_cond_timedwait"])
+            .map(|f| f.to_string())
+            .collect(),
+        weight: Weight::LockWaitNs {
+            ns: 20 * MS,
+            lock: LockKind::Gil,
+        },
+    });
+    v.push(sample(
+        &compute,
+        None,
+        &[
+            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+            "Eigen::internal::TensorExecutor<>::run",
+        ],
+        Weight::CpuNs(15 * MS),
+    ));
+    v.push(sample(
+        &compute,
+        None,
+        &[
+            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+            "syscall",
+        ],
+        Weight::LockWaitNs {
+            ns: 4 * MS,
+            lock: LockKind::Futex,
+        },
+    ));
+    v.push(sample(
+        &compute,
+        None,
+        &[
+            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+            "syscall",
+        ],
+        Weight::OffcpuNs(30 * MS),
+    ));
+    v
+}
+
+/// [`demo_samples`] aggregated.
+pub fn demo_aggregator() -> StackAggregator {
+    let mut a = StackAggregator::new();
+    for s in demo_samples() {
+        a.add(&s);
+    }
+    a
+}
+
+/// Op spans of the same pipeline: on each map worker two elements, each
+/// with the reader's span on the reader thread; a batch on the prefetch
+/// thread enclosing a GetNext of the map.
+pub fn demo_spans() -> Vec<Span> {
+    let [map, batch, tfrecord] = ops();
+    let span = |tid: u32, thread: &str, op: &OpRef, start_us: u64, end_us: u64| Span {
+        tid,
+        thread_name: thread.to_string(),
+        op_path: op.path.clone(),
+        op_name: op.name.clone(),
+        start_ns: 5_000_000_000 + start_us * 1000,
+        end_ns: 5_000_000_000 + end_us * 1000,
+    };
+    vec![
+        span(101, "tf_data_private_threadpool", &map, 0, 1200),
+        span(102, "tf_data_private_threadpool", &map, 150, 1400),
+        span(150, "tf_data_private_threadpool", &tfrecord, 10, 90),
+        span(150, "tf_data_private_threadpool", &tfrecord, 160, 240),
+        span(101, "tf_data_private_threadpool", &map, 1300, 2500),
+        span(140, "tf_data_prefetch", &batch, 900, 2600),
+        span(140, "tf_data_prefetch", &map, 900, 1000),
+        Span {
+            // Sub-microsecond: the fractional ts/dur keep it.
+            start_ns: 5_000_000_000 + 2_550_250,
+            end_ns: 5_000_000_000 + 2_550_750,
+            ..span(140, "tf_data_prefetch", &map, 0, 0)
+        },
+    ]
+}

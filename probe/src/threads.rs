@@ -1,0 +1,237 @@
+//! The target's threads: which exist, their CPU time as the kernel counts
+//! it, and their names. TensorFlow names its threads
+//! (`tf_data_private_threadpool`, ...) but the names are longer than the
+//! 15 characters `pthread_setname_np` accepts, so /proc shows `python` for
+//! all of them; the real names live in TensorFlow's own registry
+//! (`tsl::GetThreadNameRegistry()`: a heap `std::map<std::thread::id,
+//! std::string>`), which we read from the target's memory.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+
+use tracing::debug;
+
+use crate::mem::Memory;
+
+/// One live thread of the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// tid in our PID namespace (/proc as we see it).
+    pub tid: u32,
+    /// tid in the target's own PID namespace (what glibc stores).
+    pub inner_tid: u32,
+    pub comm: String,
+    /// sum_exec_runtime, ns (first field of /proc/.../schedstat).
+    pub cpu_ns: u64,
+}
+
+/// The target's live threads.
+pub fn tasks(pid: i32) -> Vec<Task> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let base = format!("/proc/{pid}/task/{tid}");
+        // A thread that exits while we read is skipped; its last values
+        // come from BPF.
+        let Ok(sched) = fs::read_to_string(format!("{base}/schedstat")) else {
+            continue;
+        };
+        let Some(cpu_ns) = sched.split_whitespace().next().and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        let comm = fs::read_to_string(format!("{base}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default();
+        let inner_tid = fs::read_to_string(format!("{base}/status"))
+            .ok()
+            .and_then(|s| inner_tid(&s))
+            .unwrap_or(tid);
+        out.push(Task {
+            tid,
+            inner_tid,
+            comm,
+            cpu_ns,
+        });
+    }
+    out.sort_by_key(|t| t.tid);
+    out
+}
+
+/// The innermost PID namespace's tid from /proc/.../status `NSpid:`.
+fn inner_tid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// Most entries we accept in the registry (a corrupt count must not make
+/// us walk memory for long).
+const MAX_ENTRIES: u64 = 65536;
+/// How far into glibc's `struct pthread` to look for the kernel tid.
+const TID_SEARCH: u64 = 0x800;
+
+/// Reads TensorFlow's thread name registry.
+pub struct NameRegistry {
+    mem: Memory,
+    /// Address of the `thread_name_registry` pointer in the target.
+    ptr_addr: u64,
+    /// Offset of the tid in glibc's `struct pthread`, found once by
+    /// matching the registry's pthread_t values against the live tids.
+    tid_offset: Option<u64>,
+}
+
+impl NameRegistry {
+    pub fn new(mem: Memory, ptr_addr: u64) -> Self {
+        NameRegistry {
+            mem,
+            ptr_addr,
+            tid_offset: None,
+        }
+    }
+
+    /// (pthread_t, name) pairs; empty if the registry is absent or does not
+    /// look like a std::map.
+    fn entries(&self) -> Vec<(u64, String)> {
+        let Ok(map) = self.mem.u64(self.ptr_addr) else {
+            return Vec::new();
+        };
+        if map == 0 {
+            return Vec::new();
+        }
+        // libstdc++ _Rb_tree: [+0x00 compare][+0x08 header: color, parent
+        // (root), left, right][+0x28 node_count]; a node is [color, parent,
+        // left, right][value at +0x20: thread::id, then std::string].
+        let (Ok(root), Ok(count)) = (self.mem.u64(map + 0x10), self.mem.u64(map + 0x28)) else {
+            return Vec::new();
+        };
+        if count > MAX_ENTRIES {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![root];
+        let mut seen = HashSet::new();
+        while let Some(n) = todo.pop() {
+            if n == 0 || !seen.insert(n) || seen.len() as u64 > count {
+                continue;
+            }
+            let (Ok(left), Ok(right), Ok(id)) = (
+                self.mem.u64(n + 0x10),
+                self.mem.u64(n + 0x18),
+                self.mem.u64(n + 0x20),
+            ) else {
+                return Vec::new();
+            };
+            if let Ok(name) = self.mem.std_string(n + 0x28, 256) {
+                out.push((id, name));
+            }
+            todo.push(left);
+            todo.push(right);
+        }
+        out
+    }
+
+    fn tid_offset(&mut self, pthreads: &[u64], tids: &HashSet<u32>) -> Option<u64> {
+        if self.tid_offset.is_some() {
+            return self.tid_offset;
+        }
+        let mut buf = vec![0u8; TID_SEARCH as usize];
+        let mut votes: HashMap<u64, usize> = HashMap::new();
+        let mut readable = 0usize;
+        for &p in pthreads {
+            if self.mem.read(p, &mut buf).is_err() {
+                continue;
+            }
+            readable += 1;
+            for (i, w) in buf.chunks_exact(4).enumerate() {
+                let v = u32::from_ne_bytes([w[0], w[1], w[2], w[3]]);
+                if tids.contains(&v) {
+                    *votes.entry(i as u64 * 4).or_default() += 1;
+                }
+            }
+        }
+        // The tid field matches for every entry of a live thread; require a
+        // clear winner seen in at least two threads.
+        let mut best: Vec<(u64, usize)> = votes.into_iter().collect();
+        best.sort_by_key(|&(off, n)| (std::cmp::Reverse(n), off));
+        match best.as_slice() {
+            [(off, n), rest @ ..]
+                if *n >= 2 && *n * 2 >= readable && rest.first().is_none_or(|r| r.1 < *n) =>
+            {
+                debug!(offset = off, threads = n, "pthread tid offset");
+                self.tid_offset = Some(*off);
+            }
+            _ => {}
+        }
+        self.tid_offset
+    }
+
+    /// Names by tid (the target's own namespace) of registered threads.
+    pub fn names(&mut self, tasks: &[Task]) -> HashMap<u32, String> {
+        let entries = self.entries();
+        if entries.is_empty() {
+            return HashMap::new();
+        }
+        let tids: HashSet<u32> = tasks.iter().map(|t| t.inner_tid).collect();
+        let pthreads: Vec<u64> = entries.iter().map(|(p, _)| *p).collect();
+        let Some(off) = self.tid_offset(&pthreads, &tids) else {
+            return HashMap::new();
+        };
+        let mut out = HashMap::new();
+        for (p, name) in entries {
+            let mut b = [0u8; 4];
+            if self.mem.read(p + off, &mut b).is_ok() {
+                let tid = u32::from_ne_bytes(b);
+                if tids.contains(&tid) {
+                    out.insert(tid, name);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Load address of a mapped library (start of its offset-0 mapping), for
+/// turning ELF vaddrs into target addresses. Shared libraries have their
+/// first PT_LOAD at vaddr 0.
+pub fn load_base(pid: i32, path: &str) -> Option<u64> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let range = it.next()?;
+        let _perms = it.next()?;
+        let off = it.next()?;
+        let p = it.nth(2)?;
+        (p == path && u64::from_str_radix(off, 16).ok()? == 0)
+            .then(|| u64::from_str_radix(range.split('-').next()?, 16).ok())
+            .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nspid_innermost() {
+        assert_eq!(inner_tid("Name:\tx\nNSpid:\t4242\t17\n"), Some(17));
+        assert_eq!(inner_tid("NSpid:\t99\n"), Some(99));
+        assert_eq!(inner_tid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn own_tasks_have_cpu() {
+        let me = std::process::id() as i32;
+        let t = tasks(me);
+        assert!(t.iter().any(|t| t.tid == me as u32));
+        assert!(t.iter().all(|t| t.cpu_ns > 0 || t.tid != me as u32));
+    }
+}

@@ -1,0 +1,675 @@
+//! Per-thread CPU, waits and file I/O of the target, and the evidence that
+//! ties them to pipeline ops (issue 4). The BPF side counts; this module
+//! turns its maps and ring buffer into collector events at every poll.
+//!
+//! Attribution: TensorFlow calls `model::Node::record_stop(node)` on every
+//! thread each time that thread stops working for `node` (an op handing
+//! over to its input, a UDF finishing on the pool). A uprobe there costs
+//! about a microsecond per call, so it is attached only for short windows
+//! (`WINDOW` out of every `PERIOD`); within a window the BPF side books each
+//! thread's on-CPU time, waits and reads between two calls to the node of
+//! the second call. The collector uses those per-thread splits as ratios
+//! over the thread's whole CPU time, which the kernel counts at no cost.
+//! File reads are tied to ops by the user stack at the read (the innermost
+//! `GetNextInternal` frame), which is cheap because reads are rare.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use blazesym::symbolize::source::{Process, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::Pid;
+use libbpf_rs::{Link, RingBuffer};
+use plumber_collector::event::{
+    AttributionSample, Drop as DropCount, Event, FileIo, LockSite, NodeObservation,
+    ThreadObservation, WaitCounters,
+};
+use plumber_collector::opnames;
+use tracing::{debug, info, warn};
+
+use crate::attach::{self, Derived, ProbePoint};
+use crate::bpf::types::{self as bt, Waits};
+use crate::bpf::{self, Bpf, IoEvent, SiteKey, WaitProbe};
+use crate::mem::Memory;
+use crate::record::EventSink;
+use crate::target::Target;
+use crate::threads::{self, NameRegistry};
+
+/// Attribution windows: `WINDOW` of every `PERIOD`.
+const WINDOW: Duration = Duration::from_millis(100);
+const PERIOD: Duration = Duration::from_millis(1000);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attribution {
+    /// Short windows (default): nothing stays on the target's hot path.
+    Sampled,
+    /// record_stop probed for the whole recording (precise, costs about a
+    /// microsecond per op transition).
+    Continuous,
+}
+
+/// An open file of the target.
+struct OpenFile {
+    path: String,
+    /// Op that reads it: from the stack of its reads, else of its open
+    /// (glibc's open wrappers often break the frame-pointer chain).
+    op: String,
+    tid: u32,
+    /// Bytes read since the open; None when it was open before we attached.
+    session_bytes: Option<u64>,
+    /// Whether its open was counted (once the op is known, or at close).
+    open_counted: bool,
+}
+
+/// Kernel pseudo-files (/proc, /sys, /dev) are not data I/O.
+fn is_pseudo_file(path: &str) -> bool {
+    ["/proc/", "/sys/", "/dev/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+}
+
+struct StackInfo {
+    /// Op of the innermost GetNextInternal frame, if it names one op.
+    op: String,
+    /// The waiting function.
+    site: String,
+}
+
+pub struct Usage<'a, 'obj> {
+    bpf: &'a Bpf<'obj>,
+    pid: i32,
+    _links: Vec<Link>,
+    record_stop: Option<ProbePoint>,
+    mode: Attribution,
+    window: Option<(Link, Instant)>,
+    last_window: Option<Instant>,
+    registry: Option<NameRegistry>,
+    names: HashMap<u32, String>,
+    io: Rc<RefCell<Vec<IoEvent>>>,
+    io_bad: Rc<RefCell<u64>>,
+    rb: RingBuffer<'a>,
+    files: HashMap<i32, OpenFile>,
+    io_acc: BTreeMap<(String, String, u32), FileIo>,
+    sizes: HashMap<String, Option<u64>>,
+    /// Model node address -> op path, from every poll so far.
+    node_path: HashMap<u64, String>,
+    /// Normalized op class (`ParallelMap`) -> op paths of that class.
+    class_paths: HashMap<String, HashSet<String>>,
+    symbolizer: Symbolizer,
+    stacks: HashMap<i64, StackInfo>,
+    sites_prev: HashMap<SiteKey, (u64, u64)>,
+    attach_failures: u64,
+}
+
+impl<'a, 'obj> Usage<'a, 'obj> {
+    /// Attaches the tracepoints and slow-path probes. A probe that cannot
+    /// be attached is reported and left out; the recording goes on.
+    pub fn start(
+        bpf: &'a Bpf<'obj>,
+        target: &Target,
+        derived: &Derived,
+        mode: Attribution,
+    ) -> Result<Self> {
+        let mut links = bpf.attach_tracepoints()?;
+        let mut attach_failures = 0u64;
+        let mut waits: Vec<(WaitProbe, ProbePoint, &str)> = Vec::new();
+        if let Some(p) = &derived.mutex_slow {
+            waits.push((WaitProbe::Mutex, p.clone(), "absl::Mutex::LockSlow"));
+        }
+        if let Some(p) = &derived.condvar_wait {
+            waits.push((WaitProbe::CondVar, p.clone(), "absl::CondVar::WaitCommon"));
+        }
+        if let Some(p) = &derived.mutex_await {
+            waits.push((WaitProbe::CondVar, p.clone(), "absl::Mutex::AwaitCommon"));
+        }
+        match attach::gil_probe(target) {
+            Some((p, name)) => waits.push((WaitProbe::Gil, p, name)),
+            None => {
+                warn!("no CPython GIL function found in the target: GIL waits are not measured")
+            }
+        }
+        for (kind, p, name) in waits {
+            match bpf.attach_wait(kind, &p.lib, p.file_offset) {
+                Ok((a, b)) => {
+                    debug!(probe = name, "attached");
+                    links.push(a);
+                    links.push(b);
+                }
+                Err(e) => {
+                    warn!("{name} not probed: {e}");
+                    attach_failures += 1;
+                }
+            }
+        }
+        if derived.record_stop.is_none() {
+            warn!("model::Node::record_stop not found: CPU cannot be attributed to ops");
+        }
+        let registry = derived.thread_registry.and_then(|vaddr| {
+            let base = threads::load_base(target.pid, &target.framework.path)?;
+            Some(NameRegistry::new(Memory::new(target.pid), base + vaddr))
+        });
+        let io = Rc::new(RefCell::new(Vec::new()));
+        let io_bad = Rc::new(RefCell::new(0u64));
+        let rb = bpf.io_reader(io.clone(), io_bad.clone())?;
+        let mut u = Usage {
+            bpf,
+            pid: target.pid,
+            _links: links,
+            record_stop: derived.record_stop.clone(),
+            mode,
+            window: None,
+            last_window: None,
+            registry,
+            names: HashMap::new(),
+            io,
+            io_bad,
+            rb,
+            files: HashMap::new(),
+            io_acc: BTreeMap::new(),
+            sizes: HashMap::new(),
+            node_path: HashMap::new(),
+            class_paths: HashMap::new(),
+            symbolizer: Symbolizer::new(),
+            stacks: HashMap::new(),
+            sites_prev: HashMap::new(),
+            attach_failures,
+        };
+        u.track_open_files();
+        if mode == Attribution::Continuous {
+            u.open_window();
+        }
+        Ok(u)
+    }
+
+    /// Regular files the target has open already: their reads count too.
+    fn track_open_files(&mut self) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.pid)) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            // metadata() follows the fd link to the file itself.
+            let is_file = std::fs::metadata(e.path()).is_ok_and(|m| m.is_file());
+            let Ok(path) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let path = path.to_string_lossy().into_owned();
+            if !is_file || is_pseudo_file(&path) {
+                continue;
+            }
+            if let Err(err) = self.bpf.track_fd(fd as u32) {
+                debug!("not following fd {fd}: {err}");
+                continue;
+            }
+            self.files.insert(
+                fd,
+                OpenFile {
+                    path,
+                    op: String::new(),
+                    tid: 0,
+                    session_bytes: None,
+                    // Opened before the recording: not an open of ours.
+                    open_counted: true,
+                },
+            );
+        }
+    }
+
+    fn open_window(&mut self) {
+        let Some(p) = &self.record_stop else {
+            return;
+        };
+        if let Err(e) = self.bpf.bump_attr_gen() {
+            warn!("attribution window not started: {e}");
+            return;
+        }
+        match self.bpf.attach_record_stop(&p.lib, p.file_offset) {
+            Ok(link) => self.window = Some((link, Instant::now())),
+            Err(e) => {
+                warn!("attribution window not started: {e}");
+                self.attach_failures += 1;
+                // Do not retry every tick.
+                self.record_stop = None;
+            }
+        }
+        self.last_window = Some(Instant::now());
+    }
+
+    /// Opens and closes attribution windows; call often (every few ms).
+    pub fn tick(&mut self) {
+        if self.mode == Attribution::Continuous {
+            return;
+        }
+        match &self.window {
+            Some((_, since)) if since.elapsed() >= WINDOW => self.window = None,
+            Some(_) => {}
+            None if self.last_window.is_none_or(|t| t.elapsed() >= PERIOD) => self.open_window(),
+            None => {}
+        }
+    }
+
+    /// Learns the pipeline's node addresses and op classes from a poll.
+    pub fn learn_nodes(&mut self, nodes: &[NodeObservation]) {
+        for n in nodes {
+            self.node_path.insert(n.addr, n.path.clone());
+            let class = op_class_of_model(&n.name);
+            self.class_paths
+                .entry(class)
+                .or_default()
+                .insert(n.path.clone());
+        }
+    }
+
+    /// Op and call site of a user stack.
+    fn stack_info(&mut self, id: i64) -> &StackInfo {
+        if !self.stacks.contains_key(&id) {
+            let info = self.resolve_stack(id);
+            self.stacks.insert(id, info);
+        }
+        self.stacks.entry(id).or_insert_with(|| StackInfo {
+            op: String::new(),
+            site: "[unknown]".into(),
+        })
+    }
+
+    fn resolve_stack(&self, id: i64) -> StackInfo {
+        let names = self.symbolize(&self.bpf.stack(id));
+        let op = names
+            .iter()
+            .find_map(|n| getnext_class(n))
+            .and_then(|class| {
+                let paths = self.class_paths.get(&class)?;
+                (paths.len() == 1)
+                    .then(|| paths.iter().next().cloned())
+                    .flatten()
+            })
+            .unwrap_or_default();
+        let site = names
+            .iter()
+            .find(|n| !is_wait_machinery(n))
+            .map(|n| strip_params(n))
+            .unwrap_or_else(|| "[unknown]".into());
+        StackInfo { op, site }
+    }
+
+    fn symbolize(&self, addrs: &[u64]) -> Vec<String> {
+        if addrs.is_empty() {
+            return Vec::new();
+        }
+        let src = Source::Process(Process::new(Pid::from(self.pid as u32)));
+        match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
+            Ok(syms) => syms
+                .into_iter()
+                .map(|s| match s {
+                    Symbolized::Sym(s) => s.name.to_string(),
+                    Symbolized::Unknown(_) => "[unknown]".to_string(),
+                })
+                .collect(),
+            Err(e) => {
+                debug!("symbolizing a stack: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn file_size(&mut self, path: &str) -> Option<u64> {
+        let pid = self.pid;
+        *self.sizes.entry(path.to_string()).or_insert_with(|| {
+            std::fs::metadata(format!("/proc/{pid}/root{path}"))
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+        })
+    }
+
+    fn process_io(&mut self) {
+        bpf::drain(&self.rb);
+        let events: Vec<IoEvent> = self.io.borrow_mut().drain(..).collect();
+        for e in events {
+            match e.kind {
+                bt::IO_OPEN => {
+                    if is_pseudo_file(&e.path) {
+                        self.bpf.untrack_fd(e.fd as u32);
+                        continue;
+                    }
+                    let op = self.stack_info(e.stack_id).op.clone();
+                    self.files.insert(
+                        e.fd,
+                        OpenFile {
+                            path: e.path,
+                            op,
+                            tid: e.ns_tid,
+                            session_bytes: Some(0),
+                            open_counted: false,
+                        },
+                    );
+                }
+                bt::IO_READ => {
+                    let bytes = e.ret.max(0) as u64;
+                    let read_op = self.stack_info(e.stack_id).op.clone();
+                    let Some(f) = self.files.get_mut(&e.fd) else {
+                        // Untracked in the meantime (a pseudo-file).
+                        continue;
+                    };
+                    if let Some(b) = &mut f.session_bytes {
+                        *b += bytes;
+                    }
+                    if f.op.is_empty() {
+                        f.op = read_op.clone();
+                    }
+                    // A read without a GetNextInternal frame is the file's
+                    // reader's.
+                    let op = if read_op.is_empty() {
+                        f.op.clone()
+                    } else {
+                        read_op
+                    };
+                    let (path, first) = (f.path.clone(), !f.open_counted);
+                    let opener = f.tid;
+                    f.open_counted = true;
+                    if first {
+                        let f_op = op.clone();
+                        self.acc(&path, &f_op, opener).opens += 1;
+                    }
+                    let size = self.file_size(&path);
+                    let a = self.acc(&path, &op, e.ns_tid);
+                    a.reads += 1;
+                    a.bytes_read += bytes;
+                    a.read_ns += e.dur_ns;
+                    a.size = size;
+                }
+                bt::IO_CLOSE => {
+                    let Some(f) = self.files.remove(&e.fd) else {
+                        continue;
+                    };
+                    if f.open_counted && f.session_bytes.is_none() {
+                        // Opened before we attached and not read since.
+                        continue;
+                    }
+                    let size = self.file_size(&f.path);
+                    let a = self.acc(&f.path, &f.op, e.ns_tid);
+                    a.size = size;
+                    if !f.open_counted {
+                        a.opens += 1;
+                    }
+                    if let Some(b) = f.session_bytes {
+                        a.complete_sessions += 1;
+                        a.complete_bytes += b;
+                    }
+                }
+                _ => *self.io_bad.borrow_mut() += 1,
+            }
+        }
+    }
+
+    fn acc(&mut self, path: &str, op: &str, tid: u32) -> &mut FileIo {
+        self.io_acc
+            .entry((path.to_string(), op.to_string(), tid))
+            .or_insert_with(|| FileIo {
+                path: path.to_string(),
+                op_path: op.to_string(),
+                tid,
+                ..Default::default()
+            })
+    }
+
+    /// Emits the thread, attribution, I/O and lock-site events of one poll
+    /// (call right after the poll, with its instant).
+    pub fn on_poll(&mut self, sink: &mut EventSink, mono_ns: u64) -> Result<()> {
+        // Threads first, at the poll's instant: the process CPU of the poll
+        // was read just before, and the two must describe the same moment.
+        let tasks = threads::tasks(self.pid);
+        let bpf_threads = self.bpf.threads()?;
+        if let Some(reg) = &mut self.registry {
+            let by_inner = reg.names(&tasks);
+            for t in &tasks {
+                if let Some(n) = by_inner.get(&t.inner_tid) {
+                    self.names.insert(t.tid, n.clone());
+                }
+            }
+        }
+        for t in &tasks {
+            self.names.entry(t.tid).or_insert_with(|| t.comm.clone());
+        }
+        // BPF keys are global tids; ns_tid is ours (0 until the thread was
+        // seen running as itself, when it equals the global one outside
+        // containers).
+        let ns_of = |key: u32, st: &bpf::ThreadState| if st.ns_tid != 0 { st.ns_tid } else { key };
+        let by_tid: HashMap<u32, (u32, bpf::ThreadState)> = bpf_threads
+            .iter()
+            .map(|(k, st)| (ns_of(*k, st), (*k, *st)))
+            .collect();
+        let mut observed = Vec::new();
+        let live: HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
+        for t in &tasks {
+            let st = by_tid.get(&t.tid).map(|(_, s)| *s).unwrap_or_default();
+            observed.push(ThreadObservation {
+                tid: t.tid,
+                name: self.names.get(&t.tid).cloned().unwrap_or_default(),
+                cpu_ns: t.cpu_ns.max(st.cpu_ns),
+                waits: wait_counters(&st.waits),
+                exited: false,
+            });
+        }
+        for (tid, (key, st)) in &by_tid {
+            if live.contains(tid) {
+                continue;
+            }
+            // Exited (or exiting) threads: final values from BPF.
+            observed.push(ThreadObservation {
+                tid: *tid,
+                name: self.names.get(tid).cloned().unwrap_or_default(),
+                cpu_ns: st.cpu_ns,
+                waits: wait_counters(&st.waits),
+                exited: true,
+            });
+            if st.exited {
+                self.bpf.forget_thread(*key);
+            }
+        }
+        sink.push(Event::Threads {
+            mono_ns,
+            threads: observed,
+        })?;
+        self.process_io();
+
+        let key_to_tid: HashMap<u32, u32> = bpf_threads
+            .iter()
+            .map(|(k, st)| (*k, ns_of(*k, st)))
+            .collect();
+        let samples: Vec<AttributionSample> = self
+            .bpf
+            .attribution()?
+            .into_iter()
+            .map(|a| AttributionSample {
+                tid: key_to_tid.get(&a.tid).copied().unwrap_or(a.tid),
+                node: a.node,
+                op_path: self.node_path.get(&a.node).cloned().unwrap_or_default(),
+                cpu_ns: a.cpu_ns,
+                waits: wait_counters(&a.waits),
+                io_bytes: a.io_bytes,
+                stops: a.stops,
+            })
+            .collect();
+        if !samples.is_empty() {
+            sink.push(Event::Attribution { mono_ns, samples })?;
+        }
+
+        let files: Vec<FileIo> = std::mem::take(&mut self.io_acc)
+            .into_values()
+            .filter(|f| f.reads > 0 || f.complete_sessions > 0 || !f.op_path.is_empty())
+            .collect();
+        sink.push(Event::Io { mono_ns, files })?;
+
+        let mut sites = Vec::new();
+        for (key, (waits, ns)) in self.bpf.lock_sites()? {
+            let (w0, n0) = self.sites_prev.insert(key, (waits, ns)).unwrap_or((0, 0));
+            if waits <= w0 {
+                continue;
+            }
+            let info = self.stack_info(key.stack_id);
+            sites.push(LockSite {
+                kind: wait_kind_name(key.kind).to_string(),
+                site: info.site.clone(),
+                op_path: info.op.clone(),
+                tid: key.ns_tid,
+                waits: waits - w0,
+                wait_ns: ns.saturating_sub(n0),
+            });
+        }
+        sink.push(Event::LockSites { mono_ns, sites })?;
+        Ok(())
+    }
+
+    /// Detaches everything; the drops this side counted.
+    pub fn finish(mut self) -> Vec<DropCount> {
+        self.window = None;
+        self.process_io();
+        if self.attach_failures > 0 {
+            info!(
+                count = self.attach_failures,
+                "some probes could not be attached"
+            );
+        }
+        vec![
+            DropCount {
+                what: "malformed_io_records".into(),
+                count: *self.io_bad.borrow(),
+            },
+            DropCount {
+                what: "usage_probes_not_attached".into(),
+                count: self.attach_failures,
+            },
+        ]
+    }
+}
+
+fn wait_counters(w: &Waits) -> WaitCounters {
+    WaitCounters {
+        lock_wait_ns: w.ns[bt::WAIT_LOCK],
+        lock_waits: w.n[bt::WAIT_LOCK],
+        cond_wait_ns: w.ns[bt::WAIT_COND],
+        cond_waits: w.n[bt::WAIT_COND],
+        gil_wait_ns: w.ns[bt::WAIT_GIL],
+        gil_waits: w.n[bt::WAIT_GIL],
+        futex_wait_ns: w.ns[bt::WAIT_FUTEX],
+        futex_waits: w.n[bt::WAIT_FUTEX],
+        io_wait_ns: w.ns[bt::WAIT_IO],
+    }
+}
+
+fn wait_kind_name(kind: u32) -> &'static str {
+    match kind as usize {
+        bt::WAIT_LOCK => "mutex",
+        bt::WAIT_COND => "condvar",
+        bt::WAIT_GIL => "gil",
+        _ => "futex",
+    }
+}
+
+/// `ParallelMapV2` -> `ParallelMap`, `ForeverRepeat` -> `Repeat`: the
+/// dataset op without `Dataset` and version, as C++ class names carry it.
+fn op_class_of_model(model: &str) -> String {
+    let op = opnames::graph_op_name(model).unwrap_or_else(|| model.to_string());
+    let op = op.trim_end_matches(|c: char| c.is_ascii_digit());
+    let op = op.strip_suffix('V').unwrap_or(op);
+    op.strip_suffix("Dataset").unwrap_or(op).to_string()
+}
+
+/// The op class of a `...::FooDatasetOp::Dataset::...::GetNextInternal`
+/// frame: `Foo`.
+fn getnext_class(frame: &str) -> Option<String> {
+    let at = frame.find("::GetNextInternal")?;
+    let head = &frame[..at];
+    let ds = head.find("DatasetOp::")?;
+    let start = head[..ds].rfind("::").map(|i| i + 2).unwrap_or(0);
+    Some(head[start..ds].to_string())
+}
+
+/// Frames of the lock, GIL and syscall machinery itself: the waiting
+/// function is the first frame outside them.
+fn is_wait_machinery(frame: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "absl::",
+        "take_gil",
+        "PyEval_",
+        "PyGILState_",
+        "pthread_",
+        "__pthread",
+        "___pthread",
+        "__GI_",
+        "__futex",
+        "futex",
+        "syscall",
+        "tsl::mutex",
+        "tsl::condition_variable",
+        "tensorflow::mutex",
+        "tensorflow::condition_variable",
+        "std::condition_variable",
+        "[unknown]",
+    ];
+    PREFIXES.iter().any(|p| frame.starts_with(p))
+}
+
+/// A demangled name without its parameter list.
+fn strip_params(frame: &str) -> String {
+    let mut depth = 0i32;
+    let b = frame.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'<' => depth += 1,
+            b'>' => depth -= 1,
+            b'(' if depth == 0 && !frame[i..].starts_with("(anonymous namespace)") => {
+                return frame[..i].to_string();
+            }
+            _ => {}
+        }
+    }
+    frame.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_match_model_names() {
+        assert_eq!(op_class_of_model("ParallelMapV2"), "ParallelMap");
+        assert_eq!(op_class_of_model("TFRecord"), "TFRecord");
+        assert_eq!(op_class_of_model("ForeverRepeat"), "Repeat");
+        assert_eq!(op_class_of_model("BatchV2"), "Batch");
+        assert_eq!(
+            getnext_class("tensorflow::data::TFRecordDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)"),
+            Some("TFRecord".into())
+        );
+        assert_eq!(
+            getnext_class("tensorflow::data::experimental::MapAndBatchDatasetOp::Dataset::Iterator::GetNextInternal(x)"),
+            Some("MapAndBatch".into())
+        );
+        assert_eq!(
+            getnext_class("tensorflow::data::model::Node::record_stop(long)"),
+            None
+        );
+    }
+
+    #[test]
+    fn sites_drop_parameters_and_machinery() {
+        assert_eq!(
+            strip_params(
+                "tensorflow::data::(anonymous namespace)::Foo<int (*)(long)>::Bar(int) const"
+            ),
+            "tensorflow::data::(anonymous namespace)::Foo<int (*)(long)>::Bar"
+        );
+        assert!(is_wait_machinery(
+            "absl::lts_20250814::Mutex::LockSlow(...)"
+        ));
+        assert!(!is_wait_machinery(
+            "tensorflow::PyFuncOp::Compute(tensorflow::OpKernelContext*)"
+        ));
+    }
+}
