@@ -30,6 +30,7 @@ Standard library only. Needs root (the probe does).
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -188,7 +189,7 @@ class Sampler:
 
 def run_probe(args, pid, outdir, sampler):
     cmd = [args.probe, "--pid", str(pid), "--duration", str(args.window),
-           "--output", outdir, "-q", "--mode", args.mode]
+           "--output", outdir, "-q", "--mode", args.mode] + shlex.split(args.probe_args)
     t0 = time.time_ns()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler.probe_pid = proc.pid
@@ -257,6 +258,8 @@ def main():
     ap.add_argument("--window", type=float, default=10.0, help="seconds per window (default 10)")
     ap.add_argument("--pairs", type=int, default=4, help="OFF/ON pairs (default 4)")
     ap.add_argument("--mode", choices=("model", "uprobes"), default="model")
+    ap.add_argument("--probe-args", default="",
+                    help="extra plumber-probe arguments, e.g. '--sample-hz 0'")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after READY (default 5)")
     ap.add_argument("--settle", type=float, default=0.5,
                     help="pause after the probe exits before the next window (default 0.5)")

@@ -70,15 +70,16 @@ enum pp_drop {
 	PP_DROP_IO_RINGBUF_FULL = 11,
 	PP_DROP_FD_MAP_FULL = 12,
 	PP_DROP_WAIT_UNMATCHED_RETURN = 13,
-	PP_DROP__COUNT = 14,
+	PP_DROP_WAIT_UNMATCHED_ENTRY = 14,
+	PP_DROP__COUNT = 15,
 };
 
 /* Kinds of blocking, indexes into pp_waits. */
 enum pp_wait_kind {
 	PP_WAIT_LOCK = 0,	/* absl::Mutex slow path: contention */
-	PP_WAIT_COND = 1,	/* absl::CondVar wait: starvation / back-pressure */
+	PP_WAIT_COND = 1,	/* blocked otherwise: waiting for input, buffer space or work */
 	PP_WAIT_GIL = 2,	/* CPython GIL acquisition */
-	PP_WAIT_FUTEX = 3,	/* any other futex wait */
+	PP_WAIT_FUTEX = 3,	/* reserved (futex waits are part of PP_WAIT_COND) */
 	PP_WAIT_IO = 4,		/* read syscalls on tracked files */
 	PP_WAIT__COUNT = 5,
 };
@@ -111,7 +112,19 @@ struct pp_thread {
 	__u64 sys_start;
 	__u64 sys_arg;		/* fd, or the user pointer to an open's path */
 	__s64 sys_stack;
+	/* Blocked (off CPU by its own choice) since; 0 when not. */
+	__u64 blocked_since;
+	__s64 block_stack;	/* PP_STACK_UNSAMPLED for most blocks */
+	__u32 blocks;
+	__u32 block_gen;	/* attribution window the block began in */
+	__u64 wait_sp;		/* stack pointer at the outermost slow-path entry */
 };
+
+/* Call-site stacks of condition waits are taken for one block in
+ * PP_BLOCK_SAMPLE (a stack walk at every context switch would cost more
+ * than the waits are worth); user space scales those sites up. */
+#define PP_BLOCK_SAMPLE 8
+#define PP_STACK_UNSAMPLED (-1000)
 
 #define PP_THREAD_EXITED 1u
 

@@ -271,18 +271,25 @@ int getnext_exit(struct pt_regs *ctx)
 /* ------------------------------------------------------------------------
  * Per-thread CPU, waits, I/O and their attribution to ops (issue 4).
  *
- * CPU: the kernel's own per-thread runtime (se.sum_exec_runtime), read when
- * a target thread is switched out, so no per-call cost on the target.
+ * CPU: the kernel's own per-thread runtime (se.sum_exec_runtime), read by
+ * user space from /proc at each poll, and here when a thread is freed (so
+ * threads that live between two polls count too).
  *
- * Attribution: while `record_stop_probe` is attached (short windows; see
- * probe/src/record.rs), each model::Node::record_stop(node) call on a thread
- * ends a stretch of work that TensorFlow itself books to `node`; the on-CPU
- * time, waits and reads of that stretch are added to (thread, node). Those
- * totals are only used as ratios per thread.
+ * Attribution windows (250 ms every 5 s; see probe/src/usage.rs):
+ * `record_stop_probe` and `on_switch` are attached. Each
+ * model::Node::record_stop(node) call on a thread ends a stretch of work
+ * that TensorFlow itself books to `node`; the on-CPU time, waits and reads
+ * of that stretch are added to (thread, node). Those totals are only used as
+ * ratios per thread. Blocks (a voluntary switch-out to the next switch-in)
+ * outside the timed slow paths are condition waits, idle pools or sleeps;
+ * they are timed in the windows only, and scaled by user space.
  *
- * Waits: uprobe + uretprobe on slow paths only (absl::Mutex::LockSlow,
- * absl::CondVar::WaitCommon, CPython's take_gil), and futex syscalls outside
- * them. Reads: syscall tracepoints, only for files opened by the target.
+ * Always attached, all on slow or rare paths: uprobe + uretprobe on
+ * absl::Mutex::LockSlow (contention) and CPython's take_gil; the file
+ * syscalls' own tracepoints, for files the target opened; task free.
+ * Measured on the image pipeline: a sched_switch program always attached,
+ * raw sys_enter/sys_exit on every syscall and CondVar::WaitCommon probes
+ * each cost the target a few % of its CPU per element, hence this design.
  * ------------------------------------------------------------------------ */
 
 /* Bumped by user space at the start of each attribution window. */
@@ -371,13 +378,30 @@ static __always_inline struct pp_thread *current_state(void)
 	__u32 ns_tid = 0;
 	if (!target_tid(&ns_tid))
 		return 0;
-	struct pp_thread *st = thread_state((__u32)bpf_get_current_pid_tgid());
+	__u64 id = bpf_get_current_pid_tgid();
+	target_host_tgid = id >> 32;
+	struct pp_thread *st = thread_state((__u32)id);
 	if (st)
 		st->ns_tid = ns_tid;
 	return st;
 }
 
+/* x86-64 syscall numbers. */
+#define NR_read 0
+#define NR_open 2
+#define NR_close 3
+#define NR_pread64 17
+#define NR_readv 19
+#define NR_openat 257
+#define NR_preadv 295
+#define NR_preadv2 327
+#define NR_openat2 437
+
 #define TASK_DEAD_STATE 0x80
+
+static __always_inline __s64 user_stack(void *ctx);
+static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 ns, __s64 stack);
+static __always_inline bool is_read_nr(long nr);
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
@@ -405,15 +429,32 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (st->on_since && now > st->on_since)
 				st->seg_cpu += now - st->on_since;
 			st->on_since = 0;
-			if (prev_state & TASK_DEAD_STATE)
+			if (prev_state & TASK_DEAD_STATE) {
 				st->flags |= PP_THREAD_EXITED;
+			} else if (!preempt && prev_state != 0 && st->wait_depth == 0 &&
+				   !is_read_nr(st->sys_nr)) {
+				/* Blocking outside the timed slow paths and file
+				 * reads: a condition wait, an idle pool, a sleep. */
+				st->blocked_since = now;
+				st->block_gen = attr_gen;
+				st->block_stack = (st->blocks++ % PP_BLOCK_SAMPLE) == 0 ?
+						  user_stack(ctx) : PP_STACK_UNSAMPLED;
+			}
 		}
 	}
 	host = target_host_tgid;
 	if (host && BPF_CORE_READ(next, tgid) == host) {
 		struct pp_thread *st = thread_state(BPF_CORE_READ(next, pid));
-		if (st)
+		if (st) {
 			st->on_since = now;
+			/* A block that began in an earlier window (the tracepoint
+			 * was detached in between) has no known length. */
+			if (st->blocked_since && now > st->blocked_since &&
+			    st->block_gen == attr_gen)
+				account_wait(st, PP_WAIT_COND, now - st->blocked_since,
+					     st->block_stack);
+			st->blocked_since = 0;
+		}
 	}
 	return 0;
 }
@@ -491,7 +532,7 @@ static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64
 	st->waits.n[kind] += 1;
 	st->seg.ns[kind] += ns;
 	st->seg.n[kind] += 1;
-	if (kind == PP_WAIT_IO)
+	if (kind == PP_WAIT_IO || stack == PP_STACK_UNSAMPLED)
 		return;
 	struct pp_site_key key = { .ns_tid = st->ns_tid, .kind = kind, .stack_id = stack };
 	struct pp_site *s = bpf_map_lookup_elem(&lock_sites, &key);
@@ -515,8 +556,18 @@ static __always_inline int wait_enter(void *ctx, __u32 kind)
 	struct pp_thread *st = current_state();
 	if (!st)
 		return 0;
-	/* Only the outermost slow path counts (CondVar re-locks its mutex). */
+	__u64 sp = PT_REGS_SP((struct pt_regs *)ctx);
+	/* A nested entry runs deeper on the stack (lower sp). One at or above
+	 * the outermost entry's sp means that entry's return was never seen
+	 * (the kernel could not set up its return probe): start over rather
+	 * than leave the thread's accounting stuck. */
+	if (st->wait_depth > 0 && sp >= st->wait_sp) {
+		count_drop(PP_DROP_WAIT_UNMATCHED_ENTRY);
+		st->wait_depth = 0;
+	}
+	/* Only the outermost slow path counts (nested: re-locking inside). */
 	if (st->wait_depth++ == 0) {
+		st->wait_sp = sp;
 		st->wait_start = bpf_ktime_get_ns();
 		st->wait_kind = kind;
 		st->wait_stack = user_stack(ctx);
@@ -553,32 +604,10 @@ int mutex_enter(struct pt_regs *ctx)
 SEC("uretprobe")
 int mutex_exit(struct pt_regs *ctx) { return wait_exit(); }
 SEC("uprobe")
-int cond_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_COND); }
-SEC("uretprobe")
-int cond_exit(struct pt_regs *ctx) { return wait_exit(); }
-SEC("uprobe")
 int gil_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_GIL); }
 SEC("uretprobe")
 int gil_exit(struct pt_regs *ctx) { return wait_exit(); }
 
-/* x86-64 syscall numbers. */
-#define NR_read 0
-#define NR_open 2
-#define NR_close 3
-#define NR_pread64 17
-#define NR_readv 19
-#define NR_futex 202
-#define NR_openat 257
-#define NR_preadv 295
-#define NR_preadv2 327
-#define NR_openat2 437
-
-#define FUTEX_CMD_MASK 0x7f
-#define FUTEX_WAIT 0
-#define FUTEX_LOCK_PI 6
-#define FUTEX_WAIT_BITSET 9
-#define FUTEX_WAIT_REQUEUE_PI 11
-#define FUTEX_LOCK_PI2 13
 
 static __always_inline bool is_read_nr(long nr)
 {
@@ -610,34 +639,26 @@ static __always_inline void emit_io(struct pp_thread *st, __u32 kind, __s32 fd, 
 	bpf_ringbuf_submit(e, 0);
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
+/* A file syscall starts: remember what is needed at its return. */
+static __always_inline int sys_enter(void *ctx, long nr, __u64 a0, __u64 a1)
 {
-	if (nr != NR_futex && !is_read_nr(nr) && !is_open_nr(nr) && nr != NR_close)
+	if (!is_read_nr(nr) && !is_open_nr(nr) && nr != NR_close)
 		return 0;
 	struct pp_thread *st = current_state();
 	if (!st)
 		return 0;
 	st->sys_nr = 0;
-	if (nr == NR_futex) {
-		__u32 cmd = (__u32)BPF_CORE_READ(regs, si) & FUTEX_CMD_MASK;
-		if (st->wait_depth != 0)
-			return 0; /* inside a slow path we already time */
-		if (cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET && cmd != FUTEX_LOCK_PI &&
-		    cmd != FUTEX_WAIT_REQUEUE_PI && cmd != FUTEX_LOCK_PI2)
-			return 0;
-		st->sys_stack = user_stack(ctx);
-	} else if (is_read_nr(nr)) {
-		__u32 fd = (__u32)BPF_CORE_READ(regs, di);
+	if (is_read_nr(nr)) {
+		__u32 fd = (__u32)a0;
 		if (!bpf_map_lookup_elem(&fds, &fd))
 			return 0;
 		st->sys_arg = fd;
 		st->sys_stack = user_stack(ctx);
 	} else if (is_open_nr(nr)) {
-		st->sys_arg = nr == NR_open ? BPF_CORE_READ(regs, di) : BPF_CORE_READ(regs, si);
+		st->sys_arg = nr == NR_open ? a0 : a1;
 		st->sys_stack = user_stack(ctx);
 	} else {
-		__u32 fd = (__u32)BPF_CORE_READ(regs, di);
+		__u32 fd = (__u32)a0;
 		if (!bpf_map_lookup_elem(&fds, &fd))
 			return 0;
 		bpf_map_delete_elem(&fds, &fd);
@@ -649,11 +670,9 @@ int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline int sys_exit(long nr, long ret)
 {
-	long nr = BPF_CORE_READ(regs, orig_ax);
-	if (nr != NR_futex && !is_read_nr(nr) && !is_open_nr(nr))
+	if (!is_read_nr(nr) && !is_open_nr(nr))
 		return 0;
 	struct pp_thread *st = current_state();
 	if (!st || st->sys_nr != nr || !st->sys_start)
@@ -661,43 +680,86 @@ int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
 	__u64 dur = bpf_ktime_get_ns() - st->sys_start;
 	st->sys_nr = 0;
 	st->sys_start = 0;
-	if (nr == NR_futex) {
-		account_wait(st, PP_WAIT_FUTEX, dur, st->sys_stack);
-	} else if (is_read_nr(nr)) {
+	if (is_read_nr(nr)) {
 		if (ret <= 0)
 			return 0;
 		account_wait(st, PP_WAIT_IO, dur, -1);
 		st->seg_io += ret;
 		emit_io(st, PP_IO_READ, (__s32)st->sys_arg, ret, dur, st->sys_stack);
-	} else {
-		if (ret < 0)
-			return 0;
-		__u32 fd = (__u32)ret;
-		__u8 one = 1;
-		if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
-			count_drop(PP_DROP_FD_MAP_FULL);
-		struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, sizeof(*e), 0);
-		if (!e) {
-			count_drop(PP_DROP_IO_RINGBUF_FULL);
-			return 0;
-		}
-		e->mono_ns = bpf_ktime_get_ns();
-		e->ns_tid = st->ns_tid;
-		e->kind = PP_IO_OPEN;
-		e->fd = (__s32)ret;
-		e->_pad = 0;
-		e->stack_id = st->sys_stack;
-		e->ret = ret;
-		e->dur_ns = dur;
-		if (bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)st->sys_arg) < 0)
-			e->path[0] = 0;
-		bpf_ringbuf_submit(e, 0);
+		return 0;
 	}
+	if (ret < 0)
+		return 0;
+	__u32 fd = (__u32)ret;
+	__u8 one = 1;
+	if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+		count_drop(PP_DROP_FD_MAP_FULL);
+	struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(PP_DROP_IO_RINGBUF_FULL);
+		return 0;
+	}
+	e->mono_ns = bpf_ktime_get_ns();
+	e->ns_tid = st->ns_tid;
+	e->kind = PP_IO_OPEN;
+	e->fd = (__s32)ret;
+	e->_pad = 0;
+	e->stack_id = st->sys_stack;
+	e->ret = ret;
+	e->dur_ns = dur;
+	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)st->sys_arg) < 0)
+		e->path[0] = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* Default: the tracepoints of the file syscalls themselves (attached one by
+ * one from user space), so no other syscall of any process pays. */
+SEC("tracepoint")
+int file_sys_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_enter(ctx, ctx->id, ctx->args[0], ctx->args[1]);
+}
+
+SEC("tracepoint")
+int file_sys_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return sys_exit(ctx->id, ctx->ret);
+}
+
+/* Fallback without tracefs: the raw syscall tracepoints (every syscall). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_sys_enter, struct pt_regs *regs, long nr)
+{
+	if (!is_read_nr(nr) && !is_open_nr(nr) && nr != NR_close)
+		return 0;
+	return sys_enter(ctx, nr, BPF_CORE_READ(regs, di), BPF_CORE_READ(regs, si));
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(on_sys_exit, struct pt_regs *regs, long ret)
+{
+	return sys_exit(BPF_CORE_READ(regs, orig_ax), ret);
+}
+
+/* A freed task: its runtime is final. Keeps the CPU of threads that exit
+ * between two polls (sched_switch is only attached in windows). */
+SEC("tp_btf/sched_process_free")
+int BPF_PROG(on_free, struct task_struct *p)
+{
+	__u32 host = target_host_tgid;
+	if (!host || BPF_CORE_READ(p, tgid) != host)
+		return 0;
+	struct pp_thread *st = thread_state(BPF_CORE_READ(p, pid));
+	if (!st)
+		return 0;
+	st->cpu_ns = BPF_CORE_READ(p, se.sum_exec_runtime);
+	st->flags |= PP_THREAD_EXITED;
 	return 0;
 }
 
 /* probe/src/bpf/types.rs decodes these by offset. */
-_Static_assert(sizeof(struct pp_thread) == 256, "pp_thread layout");
+_Static_assert(sizeof(struct pp_thread) == 288, "pp_thread layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
 _Static_assert(__builtin_offsetof(struct pp_io_event, path) == PP_IO_EVENT_HEAD, "pp_io_event layout");

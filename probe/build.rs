@@ -1,14 +1,13 @@
 //! Builds the BPF programs under ../bpf with Debian's clang through
-//! libbpf-cargo and generates the typed skeleton.
+//! libbpf-cargo and generates their typed skeletons: probe.bpf.c (the
+//! pipeline, CPU, waits and I/O) and sample.bpf.c (the stack sampler).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-fn main() {
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let bpf_dir = manifest.join("../bpf");
-    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("probe.skel.rs");
-    let src = bpf_dir.join("probe.bpf.c");
+fn build(bpf_dir: &Path, out_dir: &Path, name: &str) {
+    let src = bpf_dir.join(format!("{name}.bpf.c"));
+    let out = out_dir.join(format!("{name}.skel.rs"));
     if let Err(e) = libbpf_cargo::SkeletonBuilder::new()
         .source(&src)
         // -Werror: a warning in BPF C is usually a verifier failure later.
@@ -20,7 +19,15 @@ fn main() {
             src.display()
         );
     }
-    for f in ["probe.bpf.c", "plumber.h"] {
+}
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let bpf_dir = manifest.join("../bpf");
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default());
+    build(&bpf_dir, &out_dir, "probe");
+    build(&bpf_dir, &out_dir, "sample");
+    for f in ["probe.bpf.c", "plumber.h", "sample.bpf.c", "sample.h"] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
     }
 }

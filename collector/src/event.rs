@@ -101,14 +101,18 @@ pub struct WaitCounters {
     /// `absl::Mutex` slow path (another thread holds the lock): contention.
     pub lock_wait_ns: u64,
     pub lock_waits: u64,
-    /// `absl::CondVar` waits: an op waiting for input or for buffer space,
-    /// i.e. starvation or back-pressure, not contention.
+    /// Blocked for any other reason: an op waiting for input or for buffer
+    /// space (condition variables), an idle pool waiting for work, a sleep;
+    /// starvation or back-pressure, not contention. Timed from context
+    /// switches (voluntary switch-out to switch-in) during the attribution
+    /// windows and scaled to the whole recording by the probe.
     pub cond_wait_ns: u64,
     pub cond_waits: u64,
     /// CPython GIL acquisition (`take_gil`, else `PyEval_RestoreThread`).
     pub gil_wait_ns: u64,
     pub gil_waits: u64,
-    /// futex waits outside the three above (std::mutex, Eigen pools, ...).
+    /// Reserved: futex waits outside the lock and GIL slow paths are part
+    /// of `cond_wait_ns`; not measured separately (0).
     pub futex_wait_ns: u64,
     pub futex_waits: u64,
     /// Time inside read/pread64/readv/preadv syscalls on tracked files.

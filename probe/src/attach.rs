@@ -71,13 +71,9 @@ pub struct Derived {
     /// `model::Node::record_stop`, for attributing threads' work to ops.
     #[serde(default)]
     pub record_stop: Option<ProbePoint>,
-    /// absl's lock slow path and condition-variable wait.
+    /// absl's lock slow path.
     #[serde(default)]
     pub mutex_slow: Option<ProbePoint>,
-    #[serde(default)]
-    pub condvar_wait: Option<ProbePoint>,
-    #[serde(default)]
-    pub mutex_await: Option<ProbePoint>,
     /// ELF vaddr of TensorFlow's thread name registry pointer in the
     /// framework library.
     #[serde(default)]
@@ -91,8 +87,6 @@ impl Derived {
             self.remove_node.as_mut(),
             self.record_stop.as_mut(),
             self.mutex_slow.as_mut(),
-            self.condvar_wait.as_mut(),
-            self.mutex_await.as_mut(),
         ]
         .into_iter()
         .flatten()
@@ -105,17 +99,10 @@ impl Derived {
 /// Mangled-name patterns of framework symbols whose names carry a
 /// build-specific part (absl's inline namespace `lts_YYYYMMDD`).
 fn framework_pattern(name: &str) -> Option<usize> {
-    if name.starts_with("_ZN4absl") {
-        if name.ends_with("5Mutex8LockSlowEPKNS0_6MuHowSEPKNS0_9ConditionEi") {
-            return Some(0);
-        }
-        if name.contains("7CondVar10WaitCommonEPNS0_5Mutex") {
-            return Some(1);
-        }
-        // Mutex::Await(Condition): a condition wait without a CondVar.
-        if name.contains("5Mutex11AwaitCommonERKNS0_9Condition") {
-            return Some(3);
-        }
+    if name.starts_with("_ZN4absl")
+        && name.ends_with("5Mutex8LockSlowEPKNS0_6MuHowSEPKNS0_9ConditionEi")
+    {
+        return Some(0);
     }
     // `static auto* thread_name_registry` inside tsl's
     // GetThreadNameRegistry() (not its guard variable, `_ZGV...`).
@@ -123,7 +110,7 @@ fn framework_pattern(name: &str) -> Option<usize> {
         && name.contains("GetThreadNameRegistry")
         && name.contains("20thread_name_registry")
     {
-        return Some(2);
+        return Some(1);
     }
     None
 }
@@ -147,7 +134,7 @@ fn cache_file(target: &Target) -> Option<PathBuf> {
         None => "none".into(),
     };
     Some(cache_dir()?.join(format!(
-        "layout-{}-2-{fw}-{cc}.json",
+        "layout-{}-3-{fw}-{cc}.json",
         env!("CARGO_PKG_VERSION")
     )))
 }
@@ -284,7 +271,7 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         Ok((n, i)) => (Some(n), Some(i), None),
         Err(e) => (None, None, Some(e.to_string())),
     };
-    let mut extra: [Option<Symbol>; 4] = [None, None, None, None];
+    let mut extra: [Option<Symbol>; 2] = [None, None];
     match syms.find(fw, &framework_pattern) {
         Ok(found) => {
             for (i, sym) in found {
@@ -295,7 +282,7 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         }
         Err(e) => warn!("lock and thread-name symbols unavailable: {e}"),
     }
-    let [mutex_slow, condvar_wait, registry, mutex_await] = extra;
+    let [mutex_slow, registry] = extra;
     Ok(Derived {
         getnext: point(&getnext),
         remove_node: remove_node.as_ref().map(point),
@@ -304,8 +291,6 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         model_error,
         record_stop: get(4, RECORD_STOP).ok().as_ref().map(point),
         mutex_slow: mutex_slow.as_ref().map(point),
-        condvar_wait: condvar_wait.as_ref().map(point),
-        mutex_await: mutex_await.as_ref().map(point),
         thread_registry: registry.map(|s| s.vaddr),
     })
 }

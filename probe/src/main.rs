@@ -9,6 +9,14 @@ mod mem;
 mod model;
 mod output;
 mod record;
+mod run;
+mod sampler;
+/// The shared-memory layout of the LD_PRELOAD shim; the shim compiles the
+/// same file, so the two cannot drift.
+// The reader side uses only part of it (the rest is the writer's).
+#[allow(dead_code)]
+#[path = "../../shim/src/abi.rs"]
+mod shim_abi;
 mod symbols;
 mod target;
 mod threads;
@@ -46,6 +54,9 @@ enum Command {
     /// Attach to a running process and record its tf.data pipeline
     /// (the same as the top-level --pid form).
     Record(RecordArgs),
+    /// Start a command without root (LD_PRELOAD shim) and record its
+    /// tf.data pipeline while it runs; exits with the command's status.
+    Run(RunArgs),
     /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
     Analyze(output::AnalyzeArgs),
     /// Rebuild stats.pb and the reports from an events.jsonl saved with
@@ -105,6 +116,36 @@ struct RecordArgs {
     /// least a page); tiny sizes are for testing that losses are reported.
     #[arg(long, hide = true)]
     io_ringbuf_bytes: Option<u32>,
+    /// Stack samples per second of each target thread while on CPU, for
+    /// the flamegraphs (cpu.folded, cpu.svg, profile.pb.gz), e.g. 49; 0
+    /// (the default for now) disables: the frames are still named during
+    /// the recording, which costs the target a few % (BENCHMARKS.md).
+    #[arg(long, default_value_t = 0)]
+    sample_hz: u32,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Seconds to record; without it, until the command exits or Ctrl-C.
+    #[arg(short, long)]
+    duration: Option<f64>,
+    /// Output directory (created if needed); default plumber-run-PID.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Poll interval of the autotune model, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    interval_ms: u64,
+    /// No progress line and no notes on stderr.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command, after `--` (e.g. -- python train.py).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    command: Vec<std::ffi::OsString>,
 }
 
 fn main() -> ExitCode {
@@ -128,6 +169,7 @@ fn main() -> ExitCode {
         .init();
     let result = match (cli.command, cli.record) {
         (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
+        (Some(Command::Run(r)), _) => run_run(r),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
         (Some(Command::Flamegraph(f)), _) => flamegraph_cmd::run(&f),
@@ -169,7 +211,14 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
             Attribution::Sampled
         },
         io_ringbuf_bytes: r.io_ringbuf_bytes,
+        sample_hz: r.sample_hz,
     };
+    if r.sample_hz > 1000 {
+        return Err(output::usage(format!(
+            "--sample-hz must be at most 1000, not {}",
+            r.sample_hz
+        )));
+    }
     if let Some(n) = r.io_ringbuf_bytes {
         if !n.is_power_of_two() || n < 4096 {
             return Err(output::usage(format!(
@@ -185,6 +234,26 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let rec = record::record(&opts)?;
     output::write_recording(&out, rec)
+}
+
+fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
+    if let Some(d) = r.duration {
+        if !(d.is_finite() && d > 0.0) {
+            return Err(output::usage(format!(
+                "--duration must be a positive number of seconds, not {d}"
+            )));
+        }
+    }
+    let output = r
+        .output
+        .unwrap_or_else(|| PathBuf::from(format!("plumber-run-{}", std::process::id())));
+    run::run(&run::RunOpts {
+        command: r.command,
+        duration: r.duration.map(Duration::from_secs_f64),
+        interval: Duration::from_millis(r.interval_ms.max(10)),
+        quiet: r.quiet,
+        output,
+    })
 }
 
 fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {

@@ -53,6 +53,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The flamegraph outputs of a recording's stack samples (cpu.folded,
+/// cpu.svg, ..., profile.pb.gz, trace.json). A failure here loses only
+/// these files, so it is reported and the recording's other outputs stand.
+fn write_stacks(out: &Path, st: &crate::record::StackRecording) {
+    use plumber_analyzer::flamegraph::{write_stack_outputs, StackOutputOptions};
+    let mut opts = StackOutputOptions::default();
+    opts.pprof.time_nanos = st.start_wall_ns as i64;
+    opts.pprof.duration_nanos = st.end_wall_ns.saturating_sub(st.start_wall_ns) as i64;
+    opts.pprof.comments = vec![format!(
+        "plumber-probe: pid {}, on-CPU stacks at {} Hz, {:.1}% complete",
+        st.pid, st.hz, st.complete_pct
+    )];
+    opts.trace.pid = st.pid as u32;
+    if let Err(e) = write_stack_outputs(out, &st.agg, &[], &opts) {
+        warn!("flamegraph outputs not written: {e}");
+    }
+    println!(
+        "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
+        st.samples, st.complete_pct
+    );
+}
+
 pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     let (mode, ttfd, cache_hit, partial, reason) = (
         rec.mode,
@@ -61,8 +83,12 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         rec.partial,
         rec.reason.clone(),
     );
+    let stacks = rec.stacks;
     let collected = rec.sink.finish()?;
     write_collected(out, &collected)?;
+    if let Some(st) = &stacks {
+        write_stacks(out, st);
+    }
     println!(
         "mode: {} | window {:.1} s | time to first data {:.2} s{}",
         mode,
@@ -94,7 +120,7 @@ pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
 
 /// stats.pb, the analysis outputs (or the measured report.json when the
 /// analysis is not possible), the table, the report text and any drops.
-fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
+pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
     statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
     // The analysis runs on what stats.pb holds, exactly as `analyze` would.
     let analysis = plumber_analyzer::analyze(

@@ -26,6 +26,7 @@ use crate::bpf::{self, Bpf, RetiredEvent, DROP_NAMES};
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
 use crate::model::{stable_path, ModelReader};
+use crate::sampler::{self, Sampler, StackContext};
 use crate::target::{self, Target};
 use crate::usage::{Attribution, Usage};
 
@@ -52,6 +53,8 @@ pub struct RecordOpts {
     pub save_events: Option<PathBuf>,
     pub attribution: Attribution,
     pub io_ringbuf_bytes: Option<u32>,
+    /// Stack samples per second of each target thread on CPU; 0: none.
+    pub sample_hz: u32,
 }
 
 /// Where observations go as they are made: the collector's aggregator
@@ -103,9 +106,25 @@ pub struct Recording {
     /// Seconds from start to the first poll with data.
     pub time_to_first_data: f64,
     pub cache_hit: bool,
+    /// The stack sampler's result, attributed to threads and ops.
+    pub stacks: Option<StackRecording>,
+    /// Thread names and ops, from the usage side, for the stacks.
+    stack_context: StackContext,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// Stack samples of a recording, ready for the flamegraph outputs.
+pub struct StackRecording {
+    pub agg: plumber_collector::stacks::StackAggregator,
+    pub samples: u64,
+    pub complete_pct: f64,
+    pub pid: i32,
+    pub hz: u32,
+    /// When sampling ran, ns since the epoch.
+    pub start_wall_ns: u64,
+    pub end_wall_ns: u64,
+}
+
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The pipeline runs but has no autotune model (autotune disabled): its
 /// iterators have no model node.
@@ -179,7 +198,7 @@ pub fn check_privileges() -> Result<()> {
     )
 }
 
-fn target_info(t: &Target, mode: &str) -> TargetInfo {
+pub(crate) fn target_info(t: &Target, mode: &str) -> TargetInfo {
     let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let kb = |key: &str| {
         mem.lines()
@@ -204,7 +223,7 @@ fn target_info(t: &Target, mode: &str) -> TargetInfo {
 
 /// Progress on stderr: one updating line on a terminal, a line every 5 s
 /// otherwise (logs stay readable).
-struct Progress {
+pub(crate) struct Progress {
     tty: bool,
     quiet: bool,
     last: Instant,
@@ -212,7 +231,7 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(quiet: bool) -> Self {
+    pub(crate) fn new(quiet: bool) -> Self {
         Progress {
             tty: std::io::stderr().is_terminal(),
             quiet,
@@ -221,7 +240,7 @@ impl Progress {
         }
     }
 
-    fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
+    pub(crate) fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
         let every = if self.tty {
             Duration::from_secs(1)
         } else {
@@ -250,7 +269,7 @@ impl Progress {
         let _ = err.flush();
     }
 
-    fn done(&self) {
+    pub(crate) fn done(&self) {
         if self.tty && !self.quiet {
             eprintln!();
         }
@@ -322,6 +341,20 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         partial: false,
         time_to_first_data: 0.0,
         cache_hit,
+        stacks: None,
+        stack_context: StackContext::default(),
+    };
+    // Sampling is an extra: a recording without it still has everything
+    // else, so a failure to start is reported, not fatal.
+    let (sampler, sampler_failed) = match opts.sample_hz {
+        0 => (None, false),
+        hz => match Sampler::start(opts.pid, hz) {
+            Ok(s) => (Some(s), false),
+            Err(e) => {
+                warn!("stack sampling disabled: {e}");
+                (None, true)
+            }
+        },
     };
     let ctx = Ctx {
         opts,
@@ -348,6 +381,43 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // and on error alike. On error nothing is written: a recording that
     // failed is not presented as a result.
     outcome?;
+    if sampler_failed {
+        rec.sink.push(Event::Drops {
+            drops: vec![DropCount {
+                what: "stack_sampling_unavailable".into(),
+                count: 1,
+            }],
+        })?;
+    }
+    if let Some(s) = sampler {
+        let sampled = s.finish();
+        rec.sink.push(Event::Drops {
+            drops: sampled.drops.clone(),
+        })?;
+        let agg = sampler::attribute(&sampled, &rec.stack_context);
+        info!(
+            samples = sampled.samples,
+            complete = sampled.complete,
+            out_of_stack = sampled.out_of_stack,
+            unwind_failed = sampled.unwind_failed,
+            in_kernel = sampled.in_kernel,
+            symbol_lookups = sampled.symbol_lookups,
+            worker_cpu_ms = sampled.worker_cpu_ns / 1_000_000,
+            unwind_ms = sampled.unwind_ns / 1_000_000,
+            symbolize_ms = sampled.symbolize_ns / 1_000_000,
+            stacks = agg.len(),
+            "stack samples"
+        );
+        rec.stacks = Some(StackRecording {
+            agg,
+            samples: sampled.samples,
+            complete_pct: sampled.complete_pct(),
+            pid: opts.pid,
+            hz: opts.sample_hz,
+            start_wall_ns: sampled.start_wall_ns,
+            end_wall_ns: sampled.end_wall_ns,
+        });
+    }
     Ok(rec)
 }
 
@@ -581,7 +651,10 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         unreadable += push_retired(&mut rec.sink, &retired)?;
         drop(remove_link);
         let mut drops = self.bpf_drops()?;
-        drops.extend(finish_usage(usage));
+        if let Some(u) = &usage {
+            rec.stack_context = u.stack_context();
+        }
+        drops.extend(finish_usage(usage, &mut rec.sink)?);
         drops.push(DropCount {
             what: "invalid_model_nodes_skipped".into(),
             count: invalid_nodes,
@@ -821,19 +894,22 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         };
         progress.done();
         let mut drops = self.bpf_drops()?;
-        drops.extend(finish_usage(usage));
+        if let Some(u) = &usage {
+            rec.stack_context = u.stack_context();
+        }
+        drops.extend(finish_usage(usage, &mut rec.sink)?);
         rec.sink.push(Event::Drops { drops })?;
         self.finish(stop, rec)
     }
 }
 
-fn finish_usage(usage: Option<Usage<'_, '_>>) -> Vec<DropCount> {
+fn finish_usage(usage: Option<Usage<'_, '_>>, sink: &mut EventSink) -> Result<Vec<DropCount>> {
     match usage {
-        Some(u) => u.finish(),
-        None => vec![DropCount {
+        Some(u) => u.finish(sink),
+        None => Ok(vec![DropCount {
             what: "usage_unavailable".into(),
             count: 1,
-        }],
+        }]),
     }
 }
 

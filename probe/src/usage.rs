@@ -38,9 +38,12 @@ use crate::record::EventSink;
 use crate::target::Target;
 use crate::threads::{self, NameRegistry};
 
-/// Attribution windows: `WINDOW` of every `PERIOD`.
-const WINDOW: Duration = Duration::from_millis(100);
-const PERIOD: Duration = Duration::from_millis(1000);
+/// Attribution windows: `WINDOW` of every `PERIOD`. Few and long, not
+/// many and short: each attach and detach of a uprobe rewrites the target's
+/// code page under its memory-map lock, and windows of 100 ms every second
+/// were measured to cost the target about 3% of its throughput.
+const WINDOW: Duration = Duration::from_millis(250);
+const PERIOD: Duration = Duration::from_millis(5000);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attribution {
@@ -54,15 +57,36 @@ pub enum Attribution {
 /// An open file of the target.
 struct OpenFile {
     path: String,
-    /// Op that reads it: from the stack of its reads, else of its open
-    /// (glibc's open wrappers often break the frame-pointer chain).
-    op: String,
+    /// Stacks that name its op: its open's and its first read's (glibc's
+    /// open wrappers often break the frame-pointer chain).
+    open_stack: i64,
+    first_read_stack: i64,
     tid: u32,
     /// Bytes read since the open; None when it was open before we attached.
     session_bytes: Option<u64>,
     /// Whether its open was counted (once the op is known, or at close).
     open_counted: bool,
 }
+
+/// No stack (a file open before we attached).
+const NO_STACK: i64 = i64::MIN;
+
+/// The stacks that name the op of some file I/O, resolved to an op only
+/// after the recording: symbolizing the 0.8 GB libtensorflow_cc takes a
+/// second of CPU and much memory traffic, which must not land in the
+/// recording window on the target's cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct OpStacks {
+    /// The read's own stack (preferred).
+    read: i64,
+    /// The file's open (fallback).
+    open: i64,
+}
+
+/// File I/O by (path, the stacks naming its op, tid).
+type IoByStacks = BTreeMap<(String, OpStacks, u32), FileIo>;
+/// A lock site's (waits, wait ns) since the previous poll.
+type SiteDelta = (SiteKey, u64, u64);
 
 /// Kernel pseudo-files (/proc, /sys, /dev) are not data I/O.
 fn is_pseudo_file(path: &str) -> bool {
@@ -84,7 +108,10 @@ pub struct Usage<'a, 'obj> {
     _links: Vec<Link>,
     record_stop: Option<ProbePoint>,
     mode: Attribution,
-    window: Option<(Link, Instant)>,
+    /// The open window's links (record_stop, sched_switch) and start.
+    window: Option<(Vec<Link>, Instant)>,
+    /// sched_switch could not be attached (or is skipped).
+    no_switch: bool,
     last_window: Option<Instant>,
     registry: Option<NameRegistry>,
     names: HashMap<u32, String>,
@@ -92,7 +119,11 @@ pub struct Usage<'a, 'obj> {
     io_bad: Rc<RefCell<u64>>,
     rb: RingBuffer<'a>,
     files: HashMap<i32, OpenFile>,
-    io_acc: BTreeMap<(String, String, u32), FileIo>,
+    io_acc: IoByStacks,
+    /// Per poll (its instant), file I/O and lock-site deltas whose stacks
+    /// are named after the recording.
+    pending_io: Vec<(u64, IoByStacks)>,
+    pending_sites: Vec<(u64, Vec<SiteDelta>)>,
     sizes: HashMap<String, Option<u64>>,
     /// Model node address -> op path, from every poll so far.
     node_path: HashMap<u64, String>,
@@ -102,6 +133,9 @@ pub struct Usage<'a, 'obj> {
     stacks: HashMap<i64, StackInfo>,
     sites_prev: HashMap<SiteKey, (u64, u64)>,
     attach_failures: u64,
+    /// tid -> op path -> attributed CPU ns: which op each thread works for,
+    /// for the stack sampler's threads without a GetNextInternal frame.
+    thread_op_cpu: HashMap<u32, HashMap<String, u64>>,
 }
 
 impl<'a, 'obj> Usage<'a, 'obj> {
@@ -113,17 +147,22 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         derived: &Derived,
         mode: Attribution,
     ) -> Result<Self> {
-        let mut links = bpf.attach_tracepoints()?;
+        // Debugging and cost measurement aid: PLUMBER_PROBE_SKIP=a,b leaves
+        // out probes by name (sched_switch, syscalls, exit, mutex, gil,
+        // record_stop, symbolize).
+        let skip_list = std::env::var("PLUMBER_PROBE_SKIP").unwrap_or_default();
+        let skip = |name: &str| skip_list.split(',').any(|s| s == name);
+        let mut links = Vec::new();
+        if !skip("exit") {
+            links.push(bpf.attach_exit_hook()?);
+        }
+        if !skip("syscalls") {
+            links.extend(bpf.attach_file_syscalls()?);
+        }
         let mut attach_failures = 0u64;
         let mut waits: Vec<(WaitProbe, ProbePoint, &str)> = Vec::new();
         if let Some(p) = &derived.mutex_slow {
             waits.push((WaitProbe::Mutex, p.clone(), "absl::Mutex::LockSlow"));
-        }
-        if let Some(p) = &derived.condvar_wait {
-            waits.push((WaitProbe::CondVar, p.clone(), "absl::CondVar::WaitCommon"));
-        }
-        if let Some(p) = &derived.mutex_await {
-            waits.push((WaitProbe::CondVar, p.clone(), "absl::Mutex::AwaitCommon"));
         }
         match attach::gil_probe(target) {
             Some((p, name)) => waits.push((WaitProbe::Gil, p, name)),
@@ -132,6 +171,13 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             }
         }
         for (kind, p, name) in waits {
+            let short = match kind {
+                WaitProbe::Mutex => "mutex",
+                WaitProbe::Gil => "gil",
+            };
+            if skip(short) {
+                continue;
+            }
             match bpf.attach_wait(kind, &p.lib, p.file_offset) {
                 Ok((a, b)) => {
                     debug!(probe = name, "attached");
@@ -151,6 +197,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             let base = threads::load_base(target.pid, &target.framework.path)?;
             Some(NameRegistry::new(Memory::new(target.pid), base + vaddr))
         });
+        let record_stop = if skip("record_stop") {
+            None
+        } else {
+            derived.record_stop.clone()
+        };
         let io = Rc::new(RefCell::new(Vec::new()));
         let io_bad = Rc::new(RefCell::new(0u64));
         let rb = bpf.io_reader(io.clone(), io_bad.clone())?;
@@ -158,9 +209,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             bpf,
             pid: target.pid,
             _links: links,
-            record_stop: derived.record_stop.clone(),
+            record_stop,
             mode,
             window: None,
+            no_switch: skip("sched_switch"),
             last_window: None,
             registry,
             names: HashMap::new(),
@@ -169,6 +221,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             rb,
             files: HashMap::new(),
             io_acc: BTreeMap::new(),
+            pending_io: Vec::new(),
+            pending_sites: Vec::new(),
             sizes: HashMap::new(),
             node_path: HashMap::new(),
             class_paths: HashMap::new(),
@@ -176,6 +230,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             stacks: HashMap::new(),
             sites_prev: HashMap::new(),
             attach_failures,
+            thread_op_cpu: HashMap::new(),
         };
         u.track_open_files();
         if mode == Attribution::Continuous {
@@ -210,7 +265,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 fd,
                 OpenFile {
                     path,
-                    op: String::new(),
+                    open_stack: NO_STACK,
+                    first_read_stack: NO_STACK,
                     tid: 0,
                     session_bytes: None,
                     // Opened before the recording: not an open of ours.
@@ -221,23 +277,43 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     }
 
     fn open_window(&mut self) {
-        let Some(p) = &self.record_stop else {
-            return;
-        };
+        self.last_window = Some(Instant::now());
         if let Err(e) = self.bpf.bump_attr_gen() {
             warn!("attribution window not started: {e}");
             return;
         }
-        match self.bpf.attach_record_stop(&p.lib, p.file_offset) {
-            Ok(link) => self.window = Some((link, Instant::now())),
-            Err(e) => {
-                warn!("attribution window not started: {e}");
-                self.attach_failures += 1;
-                // Do not retry every tick.
-                self.record_stop = None;
+        let mut links = Vec::new();
+        if !self.no_switch {
+            match self.bpf.attach_switch() {
+                Ok(l) => links.push(l),
+                Err(e) => {
+                    warn!("no condition-wait timing or attribution: {e}");
+                    self.attach_failures += 1;
+                    // Do not retry every window.
+                    self.no_switch = true;
+                }
             }
         }
-        self.last_window = Some(Instant::now());
+        if let Some(p) = &self.record_stop {
+            match self.bpf.attach_record_stop(&p.lib, p.file_offset) {
+                Ok(l) => links.push(l),
+                Err(e) => {
+                    warn!("no attribution of CPU to ops: {e}");
+                    self.attach_failures += 1;
+                    self.record_stop = None;
+                }
+            }
+        }
+        self.window = Some((links, Instant::now()));
+    }
+
+    /// Condition waits are timed in the windows only: the factor that
+    /// scales them to the whole recording.
+    fn cond_scale(&self) -> u64 {
+        match self.mode {
+            Attribution::Continuous => 1,
+            Attribution::Sampled => (PERIOD.as_millis() / WINDOW.as_millis()).max(1) as u64,
+        }
     }
 
     /// Opens and closes attribution windows; call often (every few ms).
@@ -278,7 +354,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     }
 
     fn resolve_stack(&self, id: i64) -> StackInfo {
-        let names = self.symbolize(&self.bpf.stack(id));
+        let names = if std::env::var("PLUMBER_PROBE_SKIP").is_ok_and(|s| s.contains("symbolize")) {
+            Vec::new()
+        } else {
+            self.symbolize(&self.bpf.stack(id))
+        };
         let op = names
             .iter()
             .find_map(|n| getnext_class(n))
@@ -337,12 +417,12 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                         self.bpf.untrack_fd(e.fd as u32);
                         continue;
                     }
-                    let op = self.stack_info(e.stack_id).op.clone();
                     self.files.insert(
                         e.fd,
                         OpenFile {
                             path: e.path,
-                            op,
+                            open_stack: e.stack_id,
+                            first_read_stack: NO_STACK,
                             tid: e.ns_tid,
                             session_bytes: Some(0),
                             open_counted: false,
@@ -351,7 +431,6 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 }
                 bt::IO_READ => {
                     let bytes = e.ret.max(0) as u64;
-                    let read_op = self.stack_info(e.stack_id).op.clone();
                     let Some(f) = self.files.get_mut(&e.fd) else {
                         // Untracked in the meantime (a pseudo-file).
                         continue;
@@ -359,25 +438,21 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                     if let Some(b) = &mut f.session_bytes {
                         *b += bytes;
                     }
-                    if f.op.is_empty() {
-                        f.op = read_op.clone();
+                    if f.first_read_stack == NO_STACK {
+                        f.first_read_stack = e.stack_id;
                     }
-                    // A read without a GetNextInternal frame is the file's
-                    // reader's.
-                    let op = if read_op.is_empty() {
-                        f.op.clone()
-                    } else {
-                        read_op
+                    let stacks = OpStacks {
+                        read: e.stack_id,
+                        open: f.open_stack,
                     };
                     let (path, first) = (f.path.clone(), !f.open_counted);
                     let opener = f.tid;
                     f.open_counted = true;
                     if first {
-                        let f_op = op.clone();
-                        self.acc(&path, &f_op, opener).opens += 1;
+                        self.acc(&path, stacks, opener).opens += 1;
                     }
                     let size = self.file_size(&path);
-                    let a = self.acc(&path, &op, e.ns_tid);
+                    let a = self.acc(&path, stacks, e.ns_tid);
                     a.reads += 1;
                     a.bytes_read += bytes;
                     a.read_ns += e.dur_ns;
@@ -392,7 +467,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                         continue;
                     }
                     let size = self.file_size(&f.path);
-                    let a = self.acc(&f.path, &f.op, e.ns_tid);
+                    let stacks = OpStacks {
+                        read: f.first_read_stack,
+                        open: f.open_stack,
+                    };
+                    let a = self.acc(&f.path, stacks, e.ns_tid);
                     a.size = size;
                     if !f.open_counted {
                         a.opens += 1;
@@ -407,15 +486,79 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
     }
 
-    fn acc(&mut self, path: &str, op: &str, tid: u32) -> &mut FileIo {
+    fn acc(&mut self, path: &str, stacks: OpStacks, tid: u32) -> &mut FileIo {
         self.io_acc
-            .entry((path.to_string(), op.to_string(), tid))
+            .entry((path.to_string(), stacks, tid))
             .or_insert_with(|| FileIo {
                 path: path.to_string(),
-                op_path: op.to_string(),
                 tid,
                 ..Default::default()
             })
+    }
+
+    /// The op a stack names, or empty.
+    fn stack_op(&mut self, id: i64) -> String {
+        if id == NO_STACK {
+            return String::new();
+        }
+        self.stack_info(id).op.clone()
+    }
+
+    /// Names the stacks of the recording's file I/O and lock sites and
+    /// emits them as `Io` and `LockSites` events at their polls' instants.
+    fn emit_deferred(&mut self, sink: &mut EventSink) -> Result<()> {
+        for (mono_ns, acc) in std::mem::take(&mut self.pending_io) {
+            let mut by_op: BTreeMap<(String, String, u32), FileIo> = BTreeMap::new();
+            for ((path, stacks, tid), f) in acc {
+                let mut op = self.stack_op(stacks.read);
+                if op.is_empty() {
+                    op = self.stack_op(stacks.open);
+                }
+                let e = by_op
+                    .entry((path.clone(), op.clone(), tid))
+                    .or_insert_with(|| FileIo {
+                        path,
+                        op_path: op,
+                        tid,
+                        ..Default::default()
+                    });
+                e.bytes_read += f.bytes_read;
+                e.reads += f.reads;
+                e.opens += f.opens;
+                e.read_ns += f.read_ns;
+                e.complete_sessions += f.complete_sessions;
+                e.complete_bytes += f.complete_bytes;
+                e.size = e.size.or(f.size);
+            }
+            let files: Vec<FileIo> = by_op
+                .into_values()
+                .filter(|f| f.reads > 0 || f.complete_sessions > 0 || !f.op_path.is_empty())
+                .collect();
+            sink.push(Event::Io { mono_ns, files })?;
+        }
+        let cond_scale = self.cond_scale();
+        for (mono_ns, deltas) in std::mem::take(&mut self.pending_sites) {
+            let mut sites = Vec::new();
+            for (key, waits, ns) in deltas {
+                let info = self.stack_info(key.stack_id);
+                // Condition-wait sites are sampled one block in BLOCK_SAMPLE.
+                let scale = if key.kind as usize == bt::WAIT_COND {
+                    bt::BLOCK_SAMPLE * cond_scale
+                } else {
+                    1
+                };
+                sites.push(LockSite {
+                    kind: wait_kind_name(key.kind).to_string(),
+                    site: info.site.clone(),
+                    op_path: info.op.clone(),
+                    tid: key.ns_tid,
+                    waits: waits * scale,
+                    wait_ns: ns * scale,
+                });
+            }
+            sink.push(Event::LockSites { mono_ns, sites })?;
+        }
+        Ok(())
     }
 
     /// Emits the thread, attribution, I/O and lock-site events of one poll
@@ -444,6 +587,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             .iter()
             .map(|(k, st)| (ns_of(*k, st), (*k, *st)))
             .collect();
+        let cond_scale = self.cond_scale();
         let mut observed = Vec::new();
         let live: HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
         for t in &tasks {
@@ -452,7 +596,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: t.tid,
                 name: self.names.get(&t.tid).cloned().unwrap_or_default(),
                 cpu_ns: t.cpu_ns.max(st.cpu_ns),
-                waits: wait_counters(&st.waits),
+                waits: scaled(wait_counters(&st.waits), cond_scale),
                 exited: false,
             });
         }
@@ -465,7 +609,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: *tid,
                 name: self.names.get(tid).cloned().unwrap_or_default(),
                 cpu_ns: st.cpu_ns,
-                waits: wait_counters(&st.waits),
+                waits: scaled(wait_counters(&st.waits), cond_scale),
                 exited: true,
             });
             if st.exited {
@@ -496,47 +640,88 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 stops: a.stops,
             })
             .collect();
+        for a in samples.iter().filter(|a| !a.op_path.is_empty()) {
+            *self
+                .thread_op_cpu
+                .entry(a.tid)
+                .or_default()
+                .entry(a.op_path.clone())
+                .or_default() += a.cpu_ns.max(1);
+        }
         if !samples.is_empty() {
             sink.push(Event::Attribution { mono_ns, samples })?;
         }
 
-        let files: Vec<FileIo> = std::mem::take(&mut self.io_acc)
-            .into_values()
-            .filter(|f| f.reads > 0 || f.complete_sessions > 0 || !f.op_path.is_empty())
-            .collect();
-        sink.push(Event::Io { mono_ns, files })?;
-
-        let mut sites = Vec::new();
+        let io = std::mem::take(&mut self.io_acc);
+        self.pending_io.push((mono_ns, io));
+        let mut deltas = Vec::new();
         for (key, (waits, ns)) in self.bpf.lock_sites()? {
             let (w0, n0) = self.sites_prev.insert(key, (waits, ns)).unwrap_or((0, 0));
-            if waits <= w0 {
-                continue;
+            if waits > w0 {
+                deltas.push((key, waits - w0, ns.saturating_sub(n0)));
             }
-            let info = self.stack_info(key.stack_id);
-            sites.push(LockSite {
-                kind: wait_kind_name(key.kind).to_string(),
-                site: info.site.clone(),
-                op_path: info.op.clone(),
-                tid: key.ns_tid,
-                waits: waits - w0,
-                wait_ns: ns.saturating_sub(n0),
-            });
         }
-        sink.push(Event::LockSites { mono_ns, sites })?;
+        self.pending_sites.push((mono_ns, deltas));
         Ok(())
     }
 
-    /// Detaches everything; the drops this side counted.
-    pub fn finish(mut self) -> Vec<DropCount> {
+    /// Thread names, op classes and each thread's main op, for the stack
+    /// sampler's attribution.
+    pub fn stack_context(&self) -> crate::sampler::StackContext {
+        let thread_ops = self
+            .thread_op_cpu
+            .iter()
+            .filter_map(|(tid, ops)| {
+                let (path, _) = ops.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+                Some((*tid, path.clone()))
+            })
+            .collect();
+        // Lock waits by site, since attach, with the frame-pointer stacks
+        // BPF took at the wait: a first version of locks.folded (glibc has
+        // no frame pointers, so these stacks can be short).
+        let locks = self
+            .sites_prev
+            .iter()
+            .filter(|(_, (_, ns))| *ns > 0)
+            .map(|(key, (_, ns))| {
+                let scale = if key.kind as usize == bt::WAIT_COND {
+                    bt::BLOCK_SAMPLE
+                } else {
+                    1
+                };
+                let mut frames = self.symbolize(&self.bpf.stack(key.stack_id));
+                frames.reverse();
+                crate::sampler::LockStack {
+                    tid: key.ns_tid,
+                    kind: lock_kind(key.kind),
+                    frames,
+                    ns: ns.saturating_mul(scale),
+                }
+            })
+            .collect();
+        crate::sampler::StackContext {
+            names: self.names.clone(),
+            class_paths: self.class_paths.clone(),
+            thread_ops,
+            locks,
+        }
+    }
+
+    /// Detaches everything, then emits the file I/O and lock sites (named
+    /// now, after the window); returns the drops this side counted.
+    pub fn finish(mut self, sink: &mut EventSink) -> Result<Vec<DropCount>> {
         self.window = None;
         self.process_io();
+        // I/O after the last poll belongs to no window.
+        self.io_acc.clear();
+        self.emit_deferred(sink)?;
         if self.attach_failures > 0 {
             info!(
                 count = self.attach_failures,
                 "some probes could not be attached"
             );
         }
-        vec![
+        Ok(vec![
             DropCount {
                 what: "malformed_io_records".into(),
                 count: *self.io_bad.borrow(),
@@ -545,8 +730,15 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 what: "usage_probes_not_attached".into(),
                 count: self.attach_failures,
             },
-        ]
+        ])
     }
+}
+
+/// Condition waits are measured in the attribution windows only.
+fn scaled(mut w: WaitCounters, cond_scale: u64) -> WaitCounters {
+    w.cond_wait_ns = w.cond_wait_ns.saturating_mul(cond_scale);
+    w.cond_waits = w.cond_waits.saturating_mul(cond_scale);
+    w
 }
 
 fn wait_counters(w: &Waits) -> WaitCounters {
@@ -560,6 +752,16 @@ fn wait_counters(w: &Waits) -> WaitCounters {
         futex_wait_ns: w.ns[bt::WAIT_FUTEX],
         futex_waits: w.n[bt::WAIT_FUTEX],
         io_wait_ns: w.ns[bt::WAIT_IO],
+    }
+}
+
+fn lock_kind(kind: u32) -> plumber_collector::stacks::LockKind {
+    use plumber_collector::stacks::LockKind;
+    match kind as usize {
+        bt::WAIT_LOCK => LockKind::Mutex,
+        bt::WAIT_COND => LockKind::Condvar,
+        bt::WAIT_GIL => LockKind::Gil,
+        _ => LockKind::Futex,
     }
 }
 
@@ -583,7 +785,7 @@ fn op_class_of_model(model: &str) -> String {
 
 /// The op class of a `...::FooDatasetOp::Dataset::...::GetNextInternal`
 /// frame: `Foo`.
-fn getnext_class(frame: &str) -> Option<String> {
+pub(crate) fn getnext_class(frame: &str) -> Option<String> {
     let at = frame.find("::GetNextInternal")?;
     let head = &frame[..at];
     let ds = head.find("DatasetOp::")?;
@@ -596,6 +798,7 @@ fn getnext_class(frame: &str) -> Option<String> {
 fn is_wait_machinery(frame: &str) -> bool {
     const PREFIXES: &[&str] = &[
         "absl::",
+        "AbslInternal",
         "take_gil",
         "PyEval_",
         "PyGILState_",

@@ -130,41 +130,7 @@ impl Workload {
 
     /// Interpolated cumulative `key` (root or elems) at a Unix-ns instant.
     fn gt_at(&self, t_ns: i64, key: &str) -> f64 {
-        let pts: Vec<(i64, f64)> = self
-            .snapshot_lines()
-            .iter()
-            .filter(|l| l.starts_with("GT "))
-            .filter_map(|l| {
-                let mut ts = None;
-                let mut v = None;
-                for kv in l.split_whitespace().skip(1) {
-                    let (k, val) = kv.split_once('=')?;
-                    if k == "wall_ns" {
-                        ts = val.parse::<i64>().ok();
-                    } else if k == key {
-                        v = val.parse::<f64>().ok();
-                    }
-                }
-                Some((ts?, v?))
-            })
-            .collect();
-        assert!(pts.len() >= 2, "too few GT lines");
-        assert!(
-            pts[0].0 <= t_ns && t_ns <= pts[pts.len() - 1].0,
-            "instant {t_ns} outside the workload's ground truth [{}, {}]",
-            pts[0].0,
-            pts[pts.len() - 1].0
-        );
-        let i = pts
-            .partition_point(|p| p.0 <= t_ns)
-            .max(1)
-            .min(pts.len() - 1);
-        let (t0, v0) = pts[i - 1];
-        let (t1, v1) = pts[i];
-        if t1 == t0 {
-            return v1;
-        }
-        v0 + (v1 - v0) * (t_ns - t0) as f64 / (t1 - t0) as f64
+        gt_at_lines(&self.snapshot_lines(), t_ns, key)
     }
 
     /// What the workload itself counted (`key`: root or elems) over the
@@ -206,6 +172,54 @@ impl Drop for Workload {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Interpolated cumulative `key` (root or elems) at a Unix-ns instant, from
+/// a workload's stdout lines.
+pub fn gt_at_lines(lines: &[String], t_ns: i64, key: &str) -> f64 {
+    let pts: Vec<(i64, f64)> = lines
+        .iter()
+        .filter(|l| l.starts_with("GT "))
+        .filter_map(|l| {
+            let mut ts = None;
+            let mut v = None;
+            for kv in l.split_whitespace().skip(1) {
+                let (k, val) = kv.split_once('=')?;
+                if k == "wall_ns" {
+                    ts = val.parse::<i64>().ok();
+                } else if k == key {
+                    v = val.parse::<f64>().ok();
+                }
+            }
+            Some((ts?, v?))
+        })
+        .collect();
+    assert!(pts.len() >= 2, "too few GT lines");
+    assert!(
+        pts[0].0 <= t_ns && t_ns <= pts[pts.len() - 1].0,
+        "instant {t_ns} outside the workload's ground truth [{}, {}]",
+        pts[0].0,
+        pts[pts.len() - 1].0
+    );
+    let i = pts
+        .partition_point(|p| p.0 <= t_ns)
+        .max(1)
+        .min(pts.len() - 1);
+    let (t0, v0) = pts[i - 1];
+    let (t1, v1) = pts[i];
+    if t1 == t0 {
+        return v1;
+    }
+    v0 + (v1 - v0) * (t_ns - t0) as f64 / (t1 - t0) as f64
+}
+
+/// What a finished workload counted (`key`: root or elems) over the
+/// recording window of `s`, from its stdout lines.
+pub fn counted_in_lines(lines: &[String], s: &PipelineSnapshot, key: &str) -> f64 {
+    let info = s.snapshot_info.as_ref().expect("snapshot_info");
+    let (t0, t1) = (info.start_time, info.current_time);
+    assert!(t1 > t0, "window");
+    gt_at_lines(lines, t1, key) - gt_at_lines(lines, t0, key)
 }
 
 pub fn run_probe(args: &[&str]) -> Output {

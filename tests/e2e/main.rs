@@ -9,4 +9,6 @@ mod faults;
 mod formats;
 mod harness;
 mod pipelines;
+mod shim;
+mod stacks;
 mod usage;

@@ -151,7 +151,20 @@ fn gil_wait_on_the_py_function_map() {
     let map = node(&r, "ParallelMapV2");
     let (gil, wall) = (num(map, "gil_wait_ns"), num(map, "wall_ns"));
     eprintln!("GIL wait {gil:.0} ns of {wall:.0} ns wall on the map");
-    assert!(gil > 0.2 * wall, "GIL wait {gil} vs wall {wall}");
+    // Two UDF threads and the main thread take turns on the GIL: a quiet
+    // machine shows about a third of the map's time; keep a margin for
+    // busy ones (preempted time inflates wall, not GIL wait).
+    assert!(gil > 0.1 * wall, "GIL wait {gil} vs wall {wall}");
+    // Nowhere else in the pipeline.
+    for n in nodes(&r) {
+        if !n["path"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("::ParallelMapV2")
+        {
+            assert!(num(n, "gil_wait_ns") < 0.05 * gil, "{n}");
+        }
+    }
     assert_cpu_adds_up(&r);
 }
 

@@ -53,6 +53,14 @@ def make_parser(module):
                    help="seconds between GT lines (default: %(default)s)")
     p.add_argument("--hold", type=float, default=0.0,
                    help="after DONE, keep the process (and its iterator) alive this many seconds")
+    p.add_argument("--max-root", type=int, default=0,
+                   help="stop after this many root elements (0: no limit)")
+    p.add_argument("--checksum", action="store_true",
+                   help="print `CHECKSUM crc=<hex> root=<n>` before DONE: a CRC32 of every "
+                        "consumed element's bytes in order (tools must not change it)")
+    p.add_argument("--fork-workers", type=int, default=0,
+                   help="with --checksum, compute the CRCs in a multiprocessing pool of this "
+                        "many forked workers (tools must leave forked children alone)")
     p.add_argument("--no-autotune", action="store_true",
                    help="options.autotune.enabled = False: TensorFlow builds no autotune model")
     add = getattr(module, "add_args", None)
@@ -130,6 +138,48 @@ def _emit(line):
     sys.stdout.flush()
 
 
+def _element_crc(blobs):
+    import zlib
+
+    crc = 0
+    for b in blobs:
+        crc = zlib.crc32(b, crc)
+    return crc
+
+
+class _Checksum:
+    """CRC32 over the consumed elements, in order (optionally in forked workers)."""
+
+    def __init__(self, workers):
+        self.crc = 0
+        self.pool = None
+        if workers > 0:
+            import multiprocessing
+
+            self.pool = multiprocessing.get_context("fork").Pool(workers)
+        self.pending = []
+
+    def add(self, element):
+        import tensorflow as tf
+
+        blobs = [t.numpy().tobytes() for t in tf.nest.flatten(element)]
+        if self.pool is None:
+            self.pending.append(_element_crc(blobs))
+        else:
+            self.pending.append(self.pool.apply_async(_element_crc, (blobs,)))
+
+    def result(self):
+        import zlib
+
+        for p in self.pending:
+            v = p if isinstance(p, int) else p.get(timeout=120)
+            self.crc = zlib.crc32(v.to_bytes(4, "little"), self.crc)
+        if self.pool is not None:
+            self.pool.close()
+            self.pool.join()
+        return self.crc
+
+
 def _leading_dim(element):
     import tensorflow as tf
 
@@ -165,6 +215,9 @@ def run(module, args):
     x = next(it)
     root = 1
     elems = count(x)
+    checksum = _Checksum(args.fork_workers) if args.checksum else None
+    if checksum is not None:
+        checksum.add(x)
     now = time.time_ns()
     interval = max(int(args.gt_interval * 1e9), 1)
     deadline = now + int(args.seconds * 1e9)
@@ -174,12 +227,16 @@ def run(module, args):
     next_gt = now + interval
 
     while now < deadline and not stop["flag"]:
+        if args.max_root and root >= args.max_root:
+            break
         try:
             x = next(it)
         except StopIteration:
             break
         root += 1
         elems += count(x)
+        if checksum is not None:
+            checksum.add(x)
         now = time.time_ns()
         if now >= next_gt:
             _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
@@ -189,6 +246,8 @@ def run(module, args):
                 next_gt = now + interval
     if last[0] != root:
         _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
+    if checksum is not None:
+        _emit(f"CHECKSUM crc={checksum.result():08x} root={root}")
     _emit(f"DONE root={root}")
 
     if args.hold > 0:

@@ -162,11 +162,6 @@ impl<'obj> Bpf<'obj> {
         let p = &self.skel.progs;
         let (enter, exit, what) = match kind {
             WaitProbe::Mutex => (&p.mutex_enter, &p.mutex_exit, "absl::Mutex::LockSlow probe"),
-            WaitProbe::CondVar => (
-                &p.cond_enter,
-                &p.cond_exit,
-                "absl::CondVar::WaitCommon probe",
-            ),
             WaitProbe::Gil => (&p.gil_enter, &p.gil_exit, "GIL acquisition probe"),
         };
         // Return probe first: a thread entering between the two attaches
@@ -179,14 +174,59 @@ impl<'obj> Bpf<'obj> {
     }
 
     /// The scheduler and syscall tracepoints (BTF-typed: no tracefs needed).
-    pub fn attach_tracepoints(&self) -> Result<Vec<Link>, BpfError> {
+    /// The scheduler tracepoint (attribution windows only).
+    pub fn attach_switch(&self) -> Result<Link, BpfError> {
+        self.skel
+            .progs
+            .on_switch
+            .attach()
+            .map_err(|source| BpfError::Attach {
+                what: "sched_switch",
+                lib: "kernel tracepoint".into(),
+                offset: 0,
+                source,
+            })
+    }
+
+    /// Task free: final runtime of threads that exit.
+    pub fn attach_exit_hook(&self) -> Result<Link, BpfError> {
+        self.skel
+            .progs
+            .on_free
+            .attach()
+            .map_err(|source| BpfError::Attach {
+                what: "sched_process_free",
+                lib: "kernel tracepoint".into(),
+                offset: 0,
+                source,
+            })
+    }
+
+    /// The file syscalls' own tracepoints; without tracefs, the raw
+    /// sys_enter/sys_exit ones (every syscall of every process pays a
+    /// little then).
+    pub fn attach_file_syscalls(&self) -> Result<Vec<Link>, BpfError> {
         let p = &self.skel.progs;
         let mut links = Vec::new();
-        for (prog, what) in [
-            (&p.on_switch, "sched_switch"),
-            (&p.on_sys_enter, "sys_enter"),
-            (&p.on_sys_exit, "sys_exit"),
-        ] {
+        let mut failed = None;
+        for name in FILE_SYSCALLS {
+            for (prog, dir) in [(&p.file_sys_enter, "enter"), (&p.file_sys_exit, "exit")] {
+                match prog.attach_tracepoint(
+                    libbpf_rs::TracepointCategory::Syscalls,
+                    format!("sys_{dir}_{name}"),
+                ) {
+                    Ok(l) => links.push(l),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        }
+        let Some(e) = failed else {
+            return Ok(links);
+        };
+        tracing::info!("syscall tracepoints unavailable ({e}); using raw sys_enter/sys_exit");
+        drop(links);
+        let mut links = Vec::new();
+        for (prog, what) in [(&p.on_sys_enter, "sys_enter"), (&p.on_sys_exit, "sys_exit")] {
             links.push(prog.attach().map_err(|source| BpfError::Attach {
                 what,
                 lib: "kernel tracepoint".into(),
@@ -403,13 +443,17 @@ impl<'obj> Bpf<'obj> {
     }
 }
 
+/// Syscalls whose tracepoints follow file I/O (x86-64 names).
+const FILE_SYSCALLS: [&str; 9] = [
+    "read", "pread64", "readv", "preadv", "preadv2", "open", "openat", "openat2", "close",
+];
+
 /// (waits, wait ns) of one lock call site.
 pub type SiteTotals = (u64, u64);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitProbe {
     Mutex,
-    CondVar,
     Gil,
 }
 
@@ -418,7 +462,7 @@ pub enum WaitProbe {
 /// encoding (major << 20 | minor; stat() returns the userspace encoding) and
 /// the inode. (0, 0) if unknown: BPF then compares global PIDs, which is
 /// right when we run in the initial namespace.
-fn own_pid_namespace() -> (u64, u64) {
+pub(crate) fn own_pid_namespace() -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
     match std::fs::metadata("/proc/self/ns/pid") {
         Ok(m) => {

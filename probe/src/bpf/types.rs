@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 14] = [
+pub const DROP_NAMES: [&str; 15] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -17,6 +17,7 @@ pub const DROP_NAMES: [&str; 14] = [
     "io_ringbuf_full",
     "fd_map_full",
     "wait_unmatched_return",
+    "wait_unmatched_entry",
 ];
 
 /// `enum pp_wait_kind`.
@@ -25,6 +26,8 @@ pub const WAIT_COND: usize = 1;
 pub const WAIT_GIL: usize = 2;
 pub const WAIT_FUTEX: usize = 3;
 pub const WAIT_IO: usize = 4;
+/// Condition-wait call sites are sampled one block in this many.
+pub const BLOCK_SAMPLE: u64 = 8;
 const WAIT_KINDS: usize = 5;
 
 /// `struct pp_waits`: ns and counts per wait kind.
@@ -56,7 +59,7 @@ pub struct ThreadState {
     pub waits: Waits,
 }
 
-pub const THREAD_STATE_SIZE: usize = 256;
+pub const THREAD_STATE_SIZE: usize = 288;
 const THREAD_EXITED: u32 = 1;
 
 impl ThreadState {

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The stack sampler: a cpu-clock perf event on every CPU runs `sample` at
+ * the sampling rate; for a thread of the target it copies the user
+ * registers and the top of the user stack to a ring buffer, and user space
+ * unwinds it with the libraries' .eh_frame (TensorFlow, glibc and CPython
+ * are built without frame pointers, so an in-kernel frame-pointer walk
+ * stops after a frame or two).
+ *
+ * Its own object and skeleton: it shares nothing with probe.bpf.c but the
+ * target filter, and loading it is optional (--sample-hz 0).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "sample.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+_Static_assert(sizeof(struct ps_sample) == PS_SAMPLE_HEAD + PS_STACK_BYTES,
+	       "struct ps_sample layout (probe/src/sampler/bpf.rs reads it)");
+
+/* Same meaning as in probe.bpf.c: the target's tgid in plumber-probe's own
+ * PID namespace (pidns_dev, pidns_ino). */
+const volatile __u32 target_tgid = 0;
+const volatile __u64 pidns_dev = 0;
+const volatile __u64 pidns_ino = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PS_DROP__COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} sample_drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 * 1024 * 1024);
+} samples SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, PS_KSTACK_DEPTH * sizeof(__u64));
+} kstacks SEC(".maps");
+
+static __always_inline void count_drop(__u32 what)
+{
+	__u64 *v = bpf_map_lookup_elem(&sample_drops, &what);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline bool target_tid(__u32 *ns_tid)
+{
+	if (pidns_ino) {
+		struct bpf_pidns_info ns = {};
+
+		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
+			return false;
+		*ns_tid = ns.pid;
+		return ns.tgid == target_tgid;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	*ns_tid = (__u32)id;
+	return (id >> 32) == target_tgid;
+}
+
+/* Copies the stack from sp up, as much of it as is mapped, up to
+ * PS_STACK_BYTES: a read that crosses into unmapped memory fails as a whole
+ * (the main thread's stack ends at the top of its mapping), and readable
+ * memory ends at a page boundary, so sizes that end on the page boundaries
+ * above sp are tried from the largest down. Returns the bytes copied, 0 on
+ * failure. */
+static __always_inline __u32 copy_stack(struct ps_sample *s, __u64 sp)
+{
+	__u32 rem = 4096 - (__u32)(sp & 4095);	/* 1..4096: bytes to the next page */
+
+#pragma unroll
+	for (int k = PS_STACK_BYTES / 4096 - 1; k >= 0; k--) {
+		__u32 n = k * 4096 + rem;
+
+		if (n > PS_STACK_BYTES)
+			n = PS_STACK_BYTES;
+		if (!bpf_probe_read_user(s->stack, n, (void *)sp))
+			return n;
+	}
+	return 0;
+}
+
+SEC("perf_event")
+int sample(struct bpf_perf_event_data *ctx)
+{
+	__u32 ns_tid = 0;
+	if (!target_tid(&ns_tid))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	/* The user registers, whether the timer hit user or kernel code: the
+	 * pt_regs saved at the last entry into the kernel. */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs) {
+		count_drop(PS_DROP_NO_USER_REGS);
+		return 0;
+	}
+	struct ps_sample *s = bpf_ringbuf_reserve(&samples, sizeof(*s), 0);
+	if (!s) {
+		count_drop(PS_DROP_RINGBUF_FULL);
+		return 0;
+	}
+	s->mono_ns = bpf_ktime_get_ns();
+	s->ns_tid = ns_tid;
+	s->flags = 0;
+	s->ip = BPF_CORE_READ(regs, ip);
+	s->sp = BPF_CORE_READ(regs, sp);
+	s->bp = BPF_CORE_READ(regs, bp);
+	/* Kernel-mode samples: where in the kernel the thread was. The
+	 * interrupted ip tells (x86-64 kernel text is in the upper half); a
+	 * narrow read of regs.cs is rejected by the verifier. */
+	s->kstack_id = -1;
+	if ((__s64)ctx->regs.ip < 0) {
+		s->flags |= PS_FLAG_IN_KERNEL;
+		s->kstack_id = bpf_get_stackid(ctx, &kstacks, 0);
+		if (s->kstack_id < 0)
+			count_drop(PS_DROP_KSTACK_FAILED);
+	}
+	s->stack_len = copy_stack(s, s->sp);
+	if (!s->stack_len)
+		count_drop(PS_DROP_STACK_COPY_FAILED);
+	bpf_ringbuf_submit(s, 0);
+	return 0;
+}

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The stack sampler's ring-buffer record (bpf/sample.bpf.c); mirrored by
+ * probe/src/sampler/bpf.rs (a test checks the size). Fixed-width fields,
+ * explicit padding.
+ */
+#ifndef PLUMBER_SAMPLE_H
+#define PLUMBER_SAMPLE_H
+
+/* Bytes of user stack copied from sp per sample. Deep TF executor stacks
+ * and CPython's eval loop need more than perf's default 8 KiB to reach the
+ * thread's entry point. */
+#define PS_STACK_BYTES 32768
+#define PS_KSTACK_DEPTH 64
+
+#define PS_FLAG_IN_KERNEL 1u
+
+struct ps_sample {
+	__u64 mono_ns;
+	__u32 ns_tid;		/* tid in plumber-probe's PID namespace */
+	__u32 flags;		/* PS_FLAG_* */
+	__u64 ip;		/* user registers */
+	__u64 sp;
+	__u64 bp;
+	__s64 kstack_id;	/* kernel stack of kernel-mode samples, else -1 */
+	__u32 stack_len;	/* bytes of `stack` that are valid */
+	__u32 _pad;
+	__u8 stack[PS_STACK_BYTES];
+};
+
+#define PS_SAMPLE_HEAD 56
+
+/* Every way a sample is lost or degraded. Counted per CPU, shown. */
+enum ps_drop {
+	PS_DROP_RINGBUF_FULL = 0,
+	PS_DROP_STACK_COPY_FAILED = 1,	/* sent with no stack: only the leaf frame */
+	PS_DROP_KSTACK_FAILED = 2,
+	PS_DROP_NO_USER_REGS = 3,
+	PS_DROP__COUNT = 4,
+};
+
+#endif

@@ -1,0 +1,426 @@
+//! On-CPU stack sampling of the target (issue 5, the on-line half).
+//!
+//! A cpu-clock perf event per CPU runs bpf/sample.bpf.c at `--sample-hz`;
+//! for the target's threads it sends the user registers and a copy of the
+//! top of the user stack through a ring buffer. A worker thread of ours
+//! unwinds each copy with the libraries' `.eh_frame` (framehop), names the
+//! frames (blazesym, cached per address) and counts identical
+//! (thread, stack) pairs, so memory grows with distinct stacks, not with
+//! samples. At the end [`attribute`] turns them into a
+//! [`StackAggregator`] with TensorFlow's thread names and the ops the
+//! threads worked for, which `plumber_analyzer::flamegraph` renders.
+//!
+//! Everything runs on the worker: the BPF object, its perf events and ring
+//! buffer are created, read and released there, so the poll loop of the
+//! recording is never delayed by a cold symbol lookup in libtensorflow_cc.
+
+mod attribute;
+mod bpf;
+mod symbols;
+mod unwind;
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::RingBufferBuilder;
+use plumber_collector::event::Drop as DropCount;
+use tracing::{debug, info, warn};
+
+pub use attribute::{attribute, LockStack, StackContext};
+use bpf::{RawSample, SampleBpf, DROP_NAMES, FLAG_IN_KERNEL};
+use symbols::FrameNames;
+use unwind::{StackUnwinder, Truncation};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error("loading the stack-sampling BPF program: {0}")]
+    Load(libbpf_rs::Error),
+    #[error("perf_event_open(cpu-clock) on CPU {cpu}: {source}")]
+    PerfOpen { cpu: u32, source: std::io::Error },
+    #[error("attaching the sampling program on CPU {cpu}: {source}")]
+    Attach { cpu: u32, source: libbpf_rs::Error },
+    #[error("reading BPF map {0}: {1}")]
+    Map(&'static str, libbpf_rs::Error),
+    #[error("starting the sampler thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the sampler thread ended before it started sampling")]
+    Gone,
+}
+
+/// Frame names that start a thread: a stack unwound to one of them is
+/// complete.
+const ENTRY_FRAMES: &[&str] = &[
+    "clone3",
+    "__clone3",
+    "clone",
+    "__clone",
+    "start_thread",
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+];
+
+/// Whether the outermost frames of a stack (outermost first) include a
+/// thread entry point.
+pub fn reaches_entry(frames_outer_first: &[Arc<str>]) -> bool {
+    frames_outer_first.iter().take(2).any(|f| {
+        let base = f.split('@').next().unwrap_or(f);
+        ENTRY_FRAMES.contains(&base)
+    })
+}
+
+/// Distinct (thread, stack) pairs kept; samples of new stacks past it are
+/// counted (`sample_stacks_over_limit`), not kept, so memory stays bounded
+/// on a long recording of a program with very varied stacks.
+const MAX_DISTINCT_STACKS: usize = 200_000;
+
+/// What the sampler collected.
+#[derive(Debug, Default)]
+pub struct SampledStacks {
+    /// Nanoseconds of CPU one sample stands for.
+    pub period_ns: u64,
+    /// (tid, frames outermost first) -> samples.
+    pub stacks: HashMap<(u32, Vec<Arc<str>>), u64>,
+    pub samples: u64,
+    /// Samples whose unwound stack reaches a thread entry point.
+    pub complete: u64,
+    /// How the incomplete ones ended.
+    pub out_of_stack: u64,
+    pub unwind_failed: u64,
+    pub too_deep: u64,
+    /// Samples of a thread in the kernel (kernel frames on top).
+    pub in_kernel: u64,
+    /// Samples not kept: their stack was new past MAX_DISTINCT_STACKS.
+    pub over_limit: u64,
+    /// Addresses looked up with blazesym (the rest came from the cache).
+    pub symbol_lookups: u64,
+    /// CPU time of our worker thread (unwinding, symbolizing).
+    pub worker_cpu_ns: u64,
+    /// When sampling started and stopped, ns since the epoch.
+    pub start_wall_ns: u64,
+    pub end_wall_ns: u64,
+    /// Wall time spent unwinding and naming frames.
+    pub unwind_ns: u64,
+    pub symbolize_ns: u64,
+    pub drops: Vec<DropCount>,
+}
+
+impl SampledStacks {
+    /// Share of samples whose stack reaches a thread entry point, in %.
+    pub fn complete_pct(&self) -> f64 {
+        if self.samples == 0 {
+            0.0
+        } else {
+            100.0 * self.complete as f64 / self.samples as f64
+        }
+    }
+}
+
+/// The running sampler; [`Sampler::finish`] stops it.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    worker: Option<JoinHandle<SampledStacks>>,
+    start_wall_ns: u64,
+}
+
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Sampler {
+    /// Loads and attaches the sampler on its worker thread; returns once
+    /// sampling runs (or why it cannot).
+    pub fn start(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop2 = stop.clone();
+        let worker = std::thread::Builder::new()
+            .name("plumber-sampler".into())
+            .spawn(move || worker(pid, hz, &stop2, ready_tx))
+            .map_err(SamplerError::Thread)?;
+        let t0 = Instant::now();
+        match ready_rx.recv() {
+            Ok(Ok(cpus)) => {
+                info!(
+                    hz,
+                    cpus,
+                    ms = t0.elapsed().as_millis() as u64,
+                    "stack sampling started"
+                );
+                Ok(Sampler {
+                    stop,
+                    worker: Some(worker),
+                    start_wall_ns: wall_ns(),
+                })
+            }
+            Ok(Err(e)) => {
+                let _ = worker.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = worker.join();
+                Err(SamplerError::Gone)
+            }
+        }
+    }
+
+    /// Stops sampling, processes what is left and returns the stacks.
+    pub fn finish(mut self) -> SampledStacks {
+        self.stop.store(true, Ordering::SeqCst);
+        let end_wall_ns = wall_ns();
+        match self.worker.take().map(|w| w.join()) {
+            Some(Ok(s)) => SampledStacks {
+                start_wall_ns: self.start_wall_ns,
+                end_wall_ns,
+                ..s
+            },
+            _ => {
+                warn!("the stack sampler thread failed; no stacks");
+                SampledStacks {
+                    drops: vec![DropCount {
+                        what: "sampler_thread_failed".into(),
+                        count: 1,
+                    }],
+                    ..Default::default()
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn worker(
+    pid: i32,
+    hz: u32,
+    stop: &AtomicBool,
+    ready: mpsc::Sender<Result<usize, SamplerError>>,
+) -> SampledStacks {
+    // Unwinding and naming frames is best-effort work on a machine whose
+    // cores the target may need: run it at the lowest priority.
+    // SAFETY: plain syscalls on our own thread id; no memory is passed.
+    let niced = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19)
+    };
+    if niced != 0 {
+        debug!(
+            "sampler thread keeps its priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut obj = MaybeUninit::uninit();
+    let mut sbpf = match SampleBpf::load(&mut obj, pid) {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return SampledStacks::default();
+        }
+    };
+    let raw: std::rc::Rc<std::cell::RefCell<Vec<RawSample>>> = Default::default();
+    let malformed = std::rc::Rc::new(std::cell::RefCell::new(0u64));
+    let rb = {
+        let (raw, malformed) = (raw.clone(), malformed.clone());
+        let mut b = RingBufferBuilder::new();
+        let built = b
+            .add(&sbpf.skel.maps.samples, move |data: &[u8]| {
+                match RawSample::from_bytes(data) {
+                    Some(s) => raw.borrow_mut().push(s),
+                    None => *malformed.borrow_mut() += 1,
+                }
+                0
+            })
+            .map(|_| ())
+            .and_then(|()| b.build());
+        match built {
+            Ok(rb) => rb,
+            Err(e) => {
+                let _ = ready.send(Err(SamplerError::Map("samples", e)));
+                return SampledStacks::default();
+            }
+        }
+    };
+    match sbpf.attach(hz) {
+        Ok(n) => {
+            let _ = ready.send(Ok(n));
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return SampledStacks::default();
+        }
+    }
+    // After the recording is told sampling runs: reading the libraries'
+    // unwind sections takes a while (libtensorflow_cc's are 36 MB), and
+    // the ring buffer holds the first seconds of samples meanwhile.
+    let mut state = Processor::new(pid, hz);
+    let mut last_refresh = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        // poll() errors only when a callback does; ours do not.
+        let _ = rb.poll(Duration::from_millis(50));
+        let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+        // New libraries (dlopen) and JIT regions: look again now and then.
+        if last_refresh.elapsed() >= Duration::from_secs(2) {
+            state.unwinder.refresh();
+            last_refresh = Instant::now();
+        }
+        state.process(&batch, &sbpf);
+    }
+    sbpf.detach();
+    let _ = rb.consume();
+    let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+    state.process(&batch, &sbpf);
+    let mut out = state.out;
+    out.symbol_lookups = state.names.lookups;
+    out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0);
+    match sbpf.drops() {
+        Ok(counts) => {
+            out.drops.extend(
+                counts
+                    .into_iter()
+                    .zip(DROP_NAMES)
+                    .map(|(count, what)| DropCount {
+                        what: what.to_string(),
+                        count,
+                    }),
+            )
+        }
+        Err(e) => warn!("stack sampler drops not read: {e}"),
+    }
+    out.drops.push(DropCount {
+        what: "sample_malformed_records".into(),
+        count: *malformed.borrow(),
+    });
+    out.drops.push(DropCount {
+        what: "sample_stacks_over_limit".into(),
+        count: out.over_limit,
+    });
+    debug!(
+        samples = out.samples,
+        complete = out.complete,
+        stacks = out.stacks.len(),
+        "stack sampler done"
+    );
+    out
+}
+
+struct Processor {
+    unwinder: StackUnwinder,
+    names: FrameNames,
+    out: SampledStacks,
+}
+
+impl Processor {
+    fn new(pid: i32, hz: u32) -> Self {
+        Processor {
+            unwinder: StackUnwinder::new(pid),
+            names: FrameNames::new(pid),
+            out: SampledStacks {
+                period_ns: 1_000_000_000 / u64::from(hz.max(1)),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn process(&mut self, batch: &[RawSample], sbpf: &SampleBpf<'_>) {
+        if batch.is_empty() {
+            return;
+        }
+        // Kernel stacks first: a sample taken in a uprobe's breakpoint
+        // handler (ours, on record_stop or a lock) has a user ip one past
+        // the int3, in the middle of the probed function's first
+        // instruction, which the CFI would misread.
+        let kernels: Vec<Vec<u64>> = batch
+            .iter()
+            .map(|s| {
+                if s.flags & FLAG_IN_KERNEL != 0 {
+                    sbpf.kernel_stack(s.kstack_id)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        let kaddrs: Vec<u64> = kernels.iter().flatten().copied().collect();
+        self.names.resolve_kernel(&kaddrs);
+        let t0 = Instant::now();
+        // Unwind all, then name every new address in one lookup.
+        let unwound: Vec<(u32, Vec<u64>, Vec<u64>, Truncation)> = batch
+            .iter()
+            .zip(kernels)
+            .map(|(s, kernel)| {
+                let in_int3 = kernel
+                    .iter()
+                    .any(|a| self.names.kernel(*a).contains("exc_int3"));
+                let ip = if in_int3 { s.ip.wrapping_sub(1) } else { s.ip };
+                let (user, end) = self.unwinder.unwind(ip, s.sp, s.bp, &s.stack);
+                (s.tid, user, kernel, end)
+            })
+            .collect();
+        let t1 = Instant::now();
+        let user: Vec<u64> = unwound.iter().flat_map(|u| u.1.iter().copied()).collect();
+        self.names.resolve_user(&user, &self.unwinder);
+        self.out.unwind_ns += (t1 - t0).as_nanos() as u64;
+        self.out.symbolize_ns += t1.elapsed().as_nanos() as u64;
+        for (tid, user, kernel, end) in unwound {
+            // Outermost first, as folded stacks are written.
+            let mut frames: Vec<Arc<str>> =
+                user.iter().rev().map(|a| self.names.user(*a)).collect();
+            frames.extend(kernel.iter().rev().map(|a| self.names.kernel(*a)));
+            let o = &mut self.out;
+            o.samples += 1;
+            if !kernel.is_empty() {
+                o.in_kernel += 1;
+            }
+            if reaches_entry(&frames) {
+                o.complete += 1;
+            } else {
+                match end {
+                    Truncation::OutOfStack => o.out_of_stack += 1,
+                    Truncation::TooDeep => o.too_deep += 1,
+                    Truncation::Failed | Truncation::Complete => o.unwind_failed += 1,
+                }
+            }
+            let key = (tid, frames);
+            if let Some(c) = o.stacks.get_mut(&key) {
+                *c += 1;
+            } else if o.stacks.len() < MAX_DISTINCT_STACKS {
+                o.stacks.insert(key, 1);
+            } else {
+                o.over_limit += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_points() {
+        let f = |v: &[&str]| v.iter().map(|s| Arc::from(*s)).collect::<Vec<Arc<str>>>();
+        assert!(reaches_entry(&f(&["__clone3", "start_thread", "foo"])));
+        assert!(reaches_entry(&f(&[
+            "_start",
+            "__libc_start_main@@GLIBC_2.34",
+            "main"
+        ])));
+        assert!(!reaches_entry(&f(&["foo", "bar", "start_thread"])));
+        assert!(!reaches_entry(&f(&[])));
+    }
+}

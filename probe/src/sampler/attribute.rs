@@ -1,0 +1,211 @@
+//! Sampled stacks -> a [`StackAggregator`]: each stack gets its thread
+//! (TensorFlow's name for it) and the op it worked for.
+//!
+//! The op of a stack is the innermost `...DatasetOp::...::GetNextInternal`
+//! frame's op when that names one op of the pipeline; otherwise the op the
+//! thread was attributed to (`record_stop` windows): the UDF runs on
+//! `tf_data_private_threadpool` threads whose stacks have no GetNextInternal
+//! frame at all (executor -> kernel), and record_stop books them to the
+//! function-owning op, e.g. ParallelMapV2. Threads attributed to no op go
+//! under `[outside pipeline]`.
+
+use std::collections::{HashMap, HashSet};
+
+use plumber_collector::stacks::{LockKind, OpRef, StackAggregator, ThreadInfo, Weight};
+
+use super::SampledStacks;
+use crate::usage::getnext_class;
+
+/// What the rest of the recording knows about threads and ops.
+#[derive(Clone, Debug, Default)]
+pub struct StackContext {
+    /// tid (our namespace) -> TensorFlow's name, else comm.
+    pub names: HashMap<u32, String>,
+    /// Op class (`ParallelMap`) -> op paths of that class.
+    pub class_paths: HashMap<String, HashSet<String>>,
+    /// tid -> op path the thread spent most attributed CPU on.
+    pub thread_ops: HashMap<u32, String>,
+    /// Lock waits by site, for locks.folded.
+    pub locks: Vec<LockStack>,
+}
+
+/// The waits of one thread at one lock site.
+#[derive(Clone, Debug)]
+pub struct LockStack {
+    pub tid: u32,
+    pub kind: LockKind,
+    /// Outermost first.
+    pub frames: Vec<String>,
+    pub ns: u64,
+}
+
+fn op_of_path(path: &str) -> OpRef {
+    let name = path.rsplit("::").next().unwrap_or(path);
+    OpRef::new(path, name)
+}
+
+impl StackContext {
+    fn thread(&self, tid: u32) -> ThreadInfo {
+        // Unknown: empty, and the folded stacks say `tid N`.
+        ThreadInfo::new(tid, self.names.get(&tid).cloned().unwrap_or_default())
+    }
+
+    /// The op of a stack (frames outermost first) of thread `tid`.
+    fn op<S: AsRef<str>>(&self, tid: u32, frames: &[S]) -> Option<OpRef> {
+        let by_frame = frames.iter().rev().find_map(|f| {
+            let class = getnext_class(f.as_ref())?;
+            let paths = self.class_paths.get(&class)?;
+            (paths.len() == 1)
+                .then(|| paths.iter().next().cloned())
+                .flatten()
+        });
+        by_frame
+            .or_else(|| self.thread_ops.get(&tid).cloned())
+            .map(|p| op_of_path(&p))
+    }
+}
+
+/// What a pipeline thread does, from a frame of its stack: TF names the
+/// prefetch and parallel-map runner threads `tf_data_iterator_resource`
+/// alike (its thread pool's name), the stack tells them apart.
+fn role_of_frame(frame: &str) -> Option<String> {
+    if frame.contains("::PrefetchThread(") {
+        return Some("prefetch thread".into());
+    }
+    let at = frame.find("::RunnerThread(")?;
+    let head = &frame[..at];
+    let class = head
+        .find("DatasetOp::")
+        .map(|ds| {
+            let start = head[..ds].rfind("::").map(|i| i + 2).unwrap_or(0);
+            &head[start..ds]
+        })
+        .filter(|c| !c.is_empty());
+    Some(match class {
+        Some(c) => format!("{c} runner thread"),
+        None => "runner thread".into(),
+    })
+}
+
+/// Each thread's role: the one most of its samples show.
+fn thread_roles(s: &SampledStacks) -> HashMap<u32, String> {
+    let mut votes: HashMap<u32, HashMap<String, u64>> = HashMap::new();
+    for ((tid, frames), &count) in &s.stacks {
+        if let Some(r) = frames.iter().find_map(|f| role_of_frame(f)) {
+            *votes.entry(*tid).or_default().entry(r).or_default() += count;
+        }
+    }
+    votes
+        .into_iter()
+        .filter_map(|(tid, v)| {
+            let (r, _) = v
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
+            Some((tid, r))
+        })
+        .collect()
+}
+
+/// The sampled CPU stacks and the lock waits, attributed to threads and ops.
+pub fn attribute(s: &SampledStacks, ctx: &StackContext) -> StackAggregator {
+    let mut agg = StackAggregator::new();
+    let roles = thread_roles(s);
+    let mut threads: HashMap<u32, ThreadInfo> = roles
+        .into_iter()
+        .map(|(tid, r)| (tid, ctx.thread(tid).with_role(r)))
+        .collect();
+    for l in &ctx.locks {
+        let thread = threads.entry(l.tid).or_insert_with(|| ctx.thread(l.tid));
+        let op = ctx.op(l.tid, &l.frames);
+        agg.add_parts(
+            thread,
+            op.as_ref(),
+            &l.frames,
+            Weight::LockWaitNs {
+                ns: l.ns,
+                lock: l.kind,
+            },
+        );
+    }
+    for ((tid, frames), &count) in &s.stacks {
+        let thread = threads.entry(*tid).or_insert_with(|| ctx.thread(*tid));
+        let op = ctx.op(*tid, frames);
+        let ns = s.period_ns.saturating_mul(count);
+        let mut w = plumber_collector::stacks::Weights::default();
+        w.add(Weight::CpuNs(ns));
+        w.samples = count;
+        agg.add_weights(thread, op.as_ref(), frames, &w);
+    }
+    agg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plumber_collector::stacks::{folded_text, FoldedKind};
+    use std::sync::Arc;
+
+    #[test]
+    fn ops_from_frames_then_threads() {
+        let mut s = SampledStacks {
+            period_ns: 10,
+            ..Default::default()
+        };
+        let f = |v: &[&str]| v.iter().map(|x| Arc::from(*x)).collect::<Vec<Arc<str>>>();
+        s.stacks.insert(
+            (
+                1,
+                f(&[
+                    "start_thread",
+                    "tensorflow::data::TFRecordDatasetOp::Dataset::Iterator::GetNextInternal(x)",
+                    "read",
+                ]),
+            ),
+            3,
+        );
+        s.stacks.insert((2, f(&["start_thread", "DecodeJpeg"])), 2);
+        s.stacks.insert((3, f(&["_start", "main"])), 1);
+        s.stacks.insert(
+            (
+                4,
+                f(&[
+                    "start_thread",
+                    "tensorflow::data::ParallelMapDatasetOp::Dataset::Iterator::RunnerThread(x)",
+                    "memcpy",
+                ]),
+            ),
+            1,
+        );
+        let mut ctx = StackContext::default();
+        ctx.names.insert(2, "tf_data_private_threadpool".into());
+        ctx.class_paths.insert(
+            "TFRecord".into(),
+            ["Root::Prefetch::TFRecord".to_string()].into(),
+        );
+        ctx.thread_ops
+            .insert(2, "Root::Prefetch::ParallelMapV2".into());
+        let agg = attribute(&s, &ctx);
+        assert_eq!(agg.totals().cpu_ns, 70);
+        assert_eq!(agg.totals().samples, 7);
+        let text = folded_text(&agg, FoldedKind::Cpu);
+        assert!(text.contains("[TFRecord]"), "{text}");
+        assert!(text.contains("[ParallelMapV2]"), "{text}");
+        assert!(text.contains("DecodeJpeg 20"), "{text}");
+        assert!(text.contains("[outside pipeline]"), "{text}");
+        // tid 4 has no name and no op: its role names it.
+        assert!(
+            text.contains("[outside pipeline];ParallelMap runner thread;"),
+            "{text}"
+        );
+        assert!(text.contains("[TFRecord];tid 1;"), "{text}");
+        assert_eq!(
+            role_of_frame("tensorflow::data::ParallelMapDatasetOp::Dataset::Iterator::RunnerThread(std::shared_ptr<x>)"),
+            Some("ParallelMap runner thread".into())
+        );
+        assert_eq!(
+            role_of_frame("tensorflow::data::PrefetchDatasetOp::Dataset::Iterator::PrefetchThread(std::shared_ptr<x>)"),
+            Some("prefetch thread".into())
+        );
+        assert_eq!(role_of_frame("memcpy"), None);
+    }
+}

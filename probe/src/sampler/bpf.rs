@@ -1,0 +1,265 @@
+//! The sampler's BPF side (bpf/sample.bpf.c): loading it, one cpu-clock
+//! perf event per CPU running its program, and the ring-buffer record.
+
+use std::mem::MaybeUninit;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use perf_event_open_sys::bindings as perf;
+
+use super::SamplerError;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/sample.skel.rs"));
+}
+pub use skel::SampleSkel;
+use skel::SampleSkelBuilder;
+
+/// bpf/sample.h: PS_STACK_BYTES, PS_SAMPLE_HEAD, PS_FLAG_IN_KERNEL.
+pub const STACK_BYTES: usize = 32768;
+pub const SAMPLE_HEAD: usize = 56;
+pub const FLAG_IN_KERNEL: u32 = 1;
+
+/// The sampler's drop counters, in `enum ps_drop` order, as reported.
+pub const DROP_NAMES: [&str; 4] = [
+    "sample_ringbuf_full",
+    "sample_stack_copy_failed",
+    "sample_kernel_stack_failed",
+    "sample_no_user_regs",
+];
+
+/// One sample as the BPF program sent it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSample {
+    pub mono_ns: u64,
+    pub tid: u32,
+    pub flags: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub kstack_id: i64,
+    /// The copied user stack, from `sp` up.
+    pub stack: Vec<u8>,
+}
+
+impl RawSample {
+    /// Parses a ring-buffer record (`struct ps_sample`); `None` when it is
+    /// malformed.
+    pub fn from_bytes(b: &[u8]) -> Option<RawSample> {
+        let u64_at = |o: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(b.get(o..o + 8)?.try_into().ok()?))
+        };
+        let u32_at = |o: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
+        };
+        let len = u32_at(48)? as usize;
+        if len > STACK_BYTES {
+            return None;
+        }
+        Some(RawSample {
+            mono_ns: u64_at(0)?,
+            tid: u32_at(8)?,
+            flags: u32_at(12)?,
+            ip: u64_at(16)?,
+            sp: u64_at(24)?,
+            bp: u64_at(32)?,
+            kstack_id: u64_at(40)? as i64,
+            stack: b.get(SAMPLE_HEAD..SAMPLE_HEAD + len)?.to_vec(),
+        })
+    }
+}
+
+/// The loaded sampler program and its perf events (one per CPU).
+pub struct SampleBpf<'obj> {
+    pub skel: SampleSkel<'obj>,
+    links: Vec<Link>,
+}
+
+impl<'obj> SampleBpf<'obj> {
+    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, pid: i32) -> Result<Self, SamplerError> {
+        let mut open = SampleSkelBuilder::default()
+            .open(obj)
+            .map_err(SamplerError::Load)?;
+        let (pidns_dev, pidns_ino) = crate::bpf::own_pid_namespace();
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.target_tgid = pid as u32;
+            ro.pidns_dev = pidns_dev;
+            ro.pidns_ino = pidns_ino;
+        }
+        let skel = open.load().map_err(SamplerError::Load)?;
+        Ok(SampleBpf {
+            skel,
+            links: Vec::new(),
+        })
+    }
+
+    /// Opens a cpu-clock event of period 1/hz on every online CPU and runs
+    /// the program on each. Per CPU rather than per thread: threads the
+    /// target starts later are sampled too, without following clone().
+    pub fn attach(&mut self, hz: u32) -> Result<usize, SamplerError> {
+        let period = 1_000_000_000u64 / u64::from(hz.max(1));
+        for cpu in online_cpus() {
+            let mut attr = perf::perf_event_attr {
+                type_: perf::PERF_TYPE_SOFTWARE,
+                size: std::mem::size_of::<perf::perf_event_attr>() as u32,
+                config: u64::from(perf::PERF_COUNT_SW_CPU_CLOCK),
+                ..Default::default()
+            };
+            // A fixed period (cpu-clock counts nanoseconds), not a
+            // frequency: every sample then stands for exactly `period` ns.
+            attr.__bindgen_anon_1.sample_period = period;
+            // SAFETY: attr is a valid, fully initialised perf_event_attr
+            // whose size field matches; pid -1 with a CPU samples every
+            // task on that CPU (the program filters on the target).
+            let fd = unsafe {
+                perf_event_open_sys::perf_event_open(
+                    &mut attr,
+                    -1,
+                    cpu as i32,
+                    -1,
+                    u64::from(perf::PERF_FLAG_FD_CLOEXEC),
+                )
+            };
+            if fd < 0 {
+                let e = std::io::Error::last_os_error();
+                // A CPU that went offline since we listed them.
+                if e.raw_os_error() == Some(libc::ENODEV) {
+                    continue;
+                }
+                return Err(SamplerError::PerfOpen { cpu, source: e });
+            }
+            match self.skel.progs.sample.attach_perf_event(fd) {
+                // The link owns the fd from now on and closes it.
+                Ok(l) => self.links.push(l),
+                Err(source) => {
+                    // SAFETY: fd is ours (just opened, not handed over).
+                    unsafe { libc::close(fd) };
+                    return Err(SamplerError::Attach { cpu, source });
+                }
+            }
+        }
+        Ok(self.links.len())
+    }
+
+    /// Stops sampling (the perf events are closed with their links).
+    pub fn detach(&mut self) {
+        self.links.clear();
+    }
+
+    /// The drop counters, summed over CPUs, in [`DROP_NAMES`] order.
+    pub fn drops(&self) -> Result<Vec<u64>, SamplerError> {
+        let m = &self.skel.maps.sample_drops;
+        let mut out = vec![0u64; DROP_NAMES.len()];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let key = (i as u32).to_ne_bytes();
+            if let Some(per_cpu) = m
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| SamplerError::Map("sample_drops", e))?
+            {
+                *slot = per_cpu
+                    .iter()
+                    .filter_map(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                    .map(u64::from_ne_bytes)
+                    .sum();
+            }
+        }
+        Ok(out)
+    }
+
+    /// A kernel stack recorded by the program (innermost first).
+    pub fn kernel_stack(&self, id: i64) -> Vec<u64> {
+        let Ok(id) = u32::try_from(id) else {
+            return Vec::new();
+        };
+        match self
+            .skel
+            .maps
+            .kstacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+        {
+            Ok(Some(v)) => v
+                .chunks_exact(8)
+                .filter_map(|c| c.try_into().ok().map(u64::from_ne_bytes))
+                .take_while(|&a| a != 0)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// CPUs listed in /sys/devices/system/cpu/online (`0-3,6`); all possible
+/// CPUs when it cannot be read.
+fn online_cpus() -> Vec<u32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = parse_cpu_list(text.trim());
+    if cpus.is_empty() {
+        let n = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
+        cpus = (0..n).collect();
+    }
+    cpus
+}
+
+fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    out.extend(a..=b);
+                }
+            }
+            None => out.extend(part.parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The constants mirror bpf/sample.h.
+    #[test]
+    fn constants_match_the_header() {
+        let h = include_str!("../../../bpf/sample.h");
+        let define = |name: &str| -> usize {
+            h.lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .and_then(|v| v.trim().trim_end_matches('u').parse().ok())
+                .unwrap_or_else(|| panic!("{name} not in sample.h"))
+        };
+        assert_eq!(define("PS_STACK_BYTES"), STACK_BYTES);
+        assert_eq!(define("PS_SAMPLE_HEAD"), SAMPLE_HEAD);
+        assert_eq!(define("PS_FLAG_IN_KERNEL") as u32, FLAG_IN_KERNEL);
+        let count = h
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("PS_DROP__COUNT = "))
+            .and_then(|v| v.trim_end_matches(',').parse::<usize>().ok())
+            .expect("PS_DROP__COUNT");
+        assert_eq!(count, DROP_NAMES.len());
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,6"), vec![0, 1, 2, 3, 6]);
+        assert_eq!(parse_cpu_list("0"), vec![0]);
+        assert!(parse_cpu_list("").is_empty());
+    }
+
+    #[test]
+    fn record_layout() {
+        let mut b = vec![0u8; SAMPLE_HEAD + 16];
+        b[8..12].copy_from_slice(&7u32.to_ne_bytes());
+        b[16..24].copy_from_slice(&0x1234u64.to_ne_bytes());
+        b[40..48].copy_from_slice(&(-1i64).to_ne_bytes());
+        b[48..52].copy_from_slice(&16u32.to_ne_bytes());
+        let s = RawSample::from_bytes(&b).expect("parse");
+        assert_eq!(
+            (s.tid, s.ip, s.kstack_id, s.stack.len()),
+            (7, 0x1234, -1, 16)
+        );
+        // A length past the record is malformed, not a panic.
+        b[48..52].copy_from_slice(&64u32.to_ne_bytes());
+        assert!(RawSample::from_bytes(&b).is_none());
+    }
+}

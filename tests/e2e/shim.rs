@@ -1,0 +1,329 @@
+//! `plumber-probe run` (issue 6): no root, the LD_PRELOAD shim. Everything
+//! here runs as an unprivileged user (uid/gid 65534, no groups), against
+//! what the workloads count and compute themselves.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+use crate::harness::*;
+
+const NOBODY: &str = "65534";
+
+/// Builds the shim next to the probe binary: `cargo test -p plumber-probe`
+/// builds only the binary, and a stale shim would test old code.
+fn build_shim() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-p", "plumber-shim"]);
+        if probe_bin().components().any(|c| c.as_os_str() == "release") {
+            c.arg("--release");
+        }
+        let st = c.status().expect("run cargo build -p plumber-shim");
+        assert!(st.success(), "cargo build -p plumber-shim failed");
+        let so = probe_bin().with_file_name("libplumber_shim.so");
+        assert!(so.is_file(), "{} not built", so.display());
+    });
+}
+
+/// `setpriv` to uid 65534 with no groups and no capabilities, except
+/// CAP_DAC_READ_SEARCH (ambient) when the interpreter or the binary is
+/// not reachable by that user otherwise (a virtualenv whose Python lives
+/// under root's 0700 home). That capability only bypasses file read and
+/// directory search checks: it grants no ptrace access, so the memory
+/// reads are still those of an ordinary user on its own child.
+fn unprivileged() -> Vec<String> {
+    require_root();
+    let base = [
+        "setpriv",
+        "--reuid",
+        NOBODY,
+        "--regid",
+        NOBODY,
+        "--clear-groups",
+    ];
+    let reachable = Command::new(base[0])
+        .args(&base[1..])
+        .args([
+            "sh",
+            "-c",
+            "test -x \"$0\" && test -r \"$1\" && \"$0\" -c pass",
+        ])
+        .arg(python())
+        .arg(probe_bin())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut v: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+    if !reachable {
+        v.extend(
+            [
+                "--inh-caps",
+                "+dac_read_search",
+                "--ambient-caps",
+                "+dac_read_search",
+            ]
+            .map(String::from),
+        );
+    }
+    v
+}
+
+/// A directory the unprivileged user can write.
+fn shared_dir(tag: &str) -> PathBuf {
+    let d = tempdir(tag);
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    d
+}
+
+/// Runs `cmd` as the unprivileged user, under `plumber-probe run` when
+/// `probe_args` is Some.
+fn run_as_nobody(dir: &Path, probe_args: Option<&[&str]>, cmd: &[&str]) -> Output {
+    build_shim();
+    let mut argv = unprivileged();
+    if let Some(args) = probe_args {
+        argv.push(probe_bin().display().to_string());
+        argv.push("run".into());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        argv.push("--".into());
+    }
+    argv.extend(cmd.iter().map(|s| s.to_string()));
+    Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("PLUMBER_PROBE_CACHE", dir.join("cache"))
+        .env("TF_CPP_MIN_LOG_LEVEL", "2")
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .expect("run as uid 65534")
+}
+
+fn lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn workload(script: &str) -> String {
+    repo()
+        .join("tests/workloads")
+        .join(script)
+        .display()
+        .to_string()
+}
+
+fn report(out: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
+        .expect("report.json parses")
+}
+
+fn nodes(r: &serde_json::Value) -> &Vec<serde_json::Value> {
+    r["nodes"].as_array().expect("nodes")
+}
+
+/// The report node whose op path ends with `::<model>`.
+fn node<'a>(r: &'a serde_json::Value, model: &str) -> &'a serde_json::Value {
+    let suffix = format!("::{model}");
+    nodes(r)
+        .iter()
+        .find(|n| n["path"].as_str().unwrap_or("").ends_with(&suffix))
+        .unwrap_or_else(|| panic!("no {model} node in report.json"))
+}
+
+fn num(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("report.json: `{key}` missing in {v}"))
+}
+
+#[test]
+fn run_unprivileged_counts_match_ground_truth() {
+    let dir = shared_dir("shim-counts");
+    let out = dir.join("out");
+    let py = python().display().to_string();
+    let script = workload("tfrecord_image.py");
+    let o = run_as_nobody(
+        &dir,
+        Some(&["--duration", "5", "-q", "-o", out.to_str().expect("utf-8")]),
+        &[&py, &script, "--seconds", "8"],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "plumber-probe run: {stderr}");
+    for f in ["stats.pb", "report.json", "report.txt"] {
+        assert!(out.join(f).is_file(), "{f} missing; stderr: {stderr}");
+    }
+    let s = read_snapshot(&out.join("stats.pb"));
+    let probe = s.probe_info.as_ref().expect("probe_info");
+    assert_eq!(probe.mode, "model");
+    assert!(!probe.partial, "5 s of an 8 s run is not partial");
+    let l = lines(&o);
+    let g = Graph::of(&s);
+    for (op, key) in [
+        ("PrefetchDataset", "root"),
+        ("BatchDatasetV2", "root"),
+        ("ParallelMapDatasetV2", "elems"),
+        ("TFRecordDataset", "elems"),
+    ] {
+        let want = counted_in_lines(&l, &s, key);
+        let nodes = g.by_op(op);
+        assert!(!nodes.is_empty(), "no {op} node");
+        let got: i64 = nodes
+            .iter()
+            .map(|n| stat(&s, &n.0).aggregate_elements_produced)
+            .sum();
+        assert_close(&format!("shim {op} elements"), got as f64, want, 0.01);
+    }
+    let r = report(&out);
+
+    // CPU split at record_stop: the decode/resize map carries the bulk.
+    let map_cpu = num(node(&r, "ParallelMapV2"), "cpu_ns");
+    let ops_cpu: f64 = nodes(&r).iter().map(|n| num(n, "cpu_ns")).sum();
+    eprintln!("shim: map {map_cpu:.0} of {ops_cpu:.0} ns on ops");
+    assert!(map_cpu > 0.8 * ops_cpu, "map {map_cpu} of {ops_cpu}");
+
+    // File I/O from the libc hooks: every byte is the TFRecord op's, and
+    // every shard read from its open to its close gave exactly its size.
+    let tfrecord = node(&r, "TFRecord");
+    let files = r["files"].as_array().expect("files");
+    assert!(!files.is_empty(), "no file read; stderr: {stderr}");
+    let total: f64 = files.iter().map(|f| num(f, "bytes_read")).sum();
+    assert_eq!(num(tfrecord, "io_bytes_read"), total);
+    assert!(files.iter().all(|f| f["op_path"]
+        .as_str()
+        .is_some_and(|p| p.ends_with("::TFRecord"))));
+    let mut whole = 0;
+    for f in &s.probe_files {
+        let real = std::fs::metadata(&f.path).expect("shard").len() as i64;
+        eprintln!(
+            "shim: {}: {} complete reads, {} bytes",
+            f.path, f.complete_sessions, f.complete_bytes
+        );
+        assert_eq!(f.complete_bytes, f.complete_sessions * real, "{}", f.path);
+        whole += f.complete_sessions;
+    }
+    assert!(whole >= 4, "{whole} complete reads of a shard");
+    assert!(num(tfrecord, "files_opened") >= 4.0);
+
+    // The per-file TFRecord iterators die between polls: their final
+    // counts came from the shim's RemoveNode hook, and their attribution
+    // rows were reused once read; nothing the shim saw was lost.
+    for d in r["drops"].as_array().expect("drops") {
+        let what = d["what"].as_str().unwrap_or("");
+        if what.starts_with("shim_") || what == "retired_node_unreadable" {
+            assert_eq!(d["count"].as_f64(), Some(0.0), "{what} lost: {d}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Programs without TensorFlow: the same exit status and output with and
+/// without `plumber-probe run` (and its shim) around them.
+#[test]
+fn run_without_tensorflow_is_transparent() {
+    let dir = shared_dir("shim-plain");
+    let out = dir.join("out");
+    let out = out.to_str().expect("utf-8");
+    for cmd in [
+        &["/bin/sh", "-c", "echo hello; exit 3"][..],
+        &["/usr/bin/python3", "-c", "print(1)"][..],
+        &[
+            "/bin/sh",
+            "-c",
+            "cat /etc/hostname >/dev/null; kill -TERM $$",
+        ][..],
+    ] {
+        let plain = run_as_nobody(&dir, None, cmd);
+        let under = run_as_nobody(&dir, Some(&["-q", "-o", out]), cmd);
+        assert_eq!(
+            under.status.code(),
+            plain.status.code().or(Some(128 + 15)),
+            "{cmd:?}"
+        );
+        assert_eq!(under.stdout, plain.stdout, "{cmd:?} stdout");
+        assert_eq!(under.stderr, plain.stderr, "{cmd:?} stderr");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the program computes does not change under the shim, also when it
+/// forks multiprocessing workers after TensorFlow ran.
+#[test]
+fn run_keeps_results_identical() {
+    let dir = shared_dir("shim-checksum");
+    let out = dir.join("out");
+    let out = out.to_str().expect("utf-8");
+    let py = python().display().to_string();
+    let script = workload("tfrecord_image.py");
+    let checksum = |o: &Output| {
+        let l = lines(o);
+        l.iter()
+            .find(|l| l.starts_with("CHECKSUM "))
+            .cloned()
+            .unwrap_or_else(|| {
+                panic!(
+                    "no CHECKSUM line; stderr: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+    };
+    for workers in ["0", "2"] {
+        let cmd = [
+            py.as_str(),
+            &script,
+            "--seconds",
+            "120",
+            "--max-root",
+            "30",
+            "--checksum",
+            "--fork-workers",
+            workers,
+        ];
+        let plain = run_as_nobody(&dir, None, &cmd);
+        let under = run_as_nobody(&dir, Some(&["-q", "-o", out]), &cmd);
+        for (what, o) in [("plain", &plain), ("under the shim", &under)] {
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{what}, workers={workers}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        assert_eq!(checksum(&under), checksum(&plain), "workers={workers}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// GIL waits from the shim's CPython hooks land on the py_function map.
+/// Their size varies with the box's load (on this shared 2-core VM the
+/// shim measured 5-17% of the map's wall time across runs, the BPF probe's
+/// take_gil 13% in one run), so the bound only asks that they are measured
+/// and booked to the op that runs the Python.
+#[test]
+fn run_measures_gil_wait() {
+    let dir = shared_dir("shim-gil");
+    let out = dir.join("out");
+    let py = python().display().to_string();
+    let script = workload("py_function.py");
+    let o = run_as_nobody(
+        &dir,
+        Some(&["--duration", "4", "-q", "-o", out.to_str().expect("utf-8")]),
+        &[&py, &script, "--seconds", "7"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = report(&out);
+    let map = node(&r, "ParallelMapV2");
+    let (gil, wall) = (num(map, "gil_wait_ns"), num(map, "wall_ns"));
+    eprintln!("shim: GIL wait {gil:.0} ns of {wall:.0} ns wall on the map");
+    assert!(gil > 0.01 * wall, "GIL wait {gil} vs wall {wall}");
+    let all: f64 = nodes(&r).iter().map(|n| num(n, "gil_wait_ns")).sum();
+    assert!(gil >= 0.8 * all, "map {gil} of {all} ns GIL wait on ops");
+    let _ = std::fs::remove_dir_all(&dir);
+}

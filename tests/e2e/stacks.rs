@@ -1,0 +1,128 @@
+//! Stack sampling and the flamegraph outputs of a recording (issue 5):
+//! the sampled stacks are unwound through code without frame pointers
+//! (TensorFlow, glibc, libjpeg-turbo's SIMD assembly) to the thread's entry
+//! point and land under the op the thread works for.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// (stack, count) of every line of a folded file.
+fn folded(out: &Path, name: &str) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    text.lines()
+        .map(|l| {
+            let (s, c) = l.rsplit_once(' ').expect("STACK COUNT");
+            (s.to_string(), c.parse().expect("count"))
+        })
+        .collect()
+}
+
+/// The `stacks: N samples, X% complete ...` line of the probe's output.
+fn stacks_line(stdout: &str) -> (u64, f64) {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("stacks: "))
+        .unwrap_or_else(|| panic!("no `stacks:` line in:\n{stdout}"));
+    let mut w = line.split_whitespace();
+    let n = w.nth(1).and_then(|v| v.parse().ok()).expect("sample count");
+    let pct = w
+        .nth(1)
+        .and_then(|v| v.trim_end_matches('%').parse().ok())
+        .expect("complete %");
+    (n, pct)
+}
+
+#[test]
+fn image_pipeline_stacks_under_the_map_op() {
+    require_root();
+    let w = Workload::start("tfrecord_image.py", &[]);
+    let out = tempdir("stacks-image");
+    let pid = w.pid.to_string();
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "6",
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+        "--sample-hz",
+        "49",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "plumber-probe failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (samples, complete) = stacks_line(&stdout);
+    eprintln!("{samples} samples, {complete:.1}% complete");
+    for f in ["cpu.svg", "profile.pb.gz", "trace.json", "offcpu.folded"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+
+    let cpu = folded(&out, "cpu.folded");
+    let total: u64 = cpu.iter().map(|(_, c)| c).sum();
+    let period = 1_000_000_000 / 49;
+    assert_eq!(total / period, samples, "cpu.folded counts vs samples");
+    // Two cores mostly busy for 6 s: hundreds of samples at 49 Hz.
+    assert!(samples >= 200, "{samples} samples");
+
+    // The decode runs on the UDF pool under the map op, with the libjpeg
+    // frames (SIMD assembly without CFI) below the TF kernel that called
+    // them, and the whole stack down to the thread's start.
+    let map: Vec<&(String, u64)> = cpu
+        .iter()
+        .filter(|(s, _)| s.starts_with("[ParallelMapV2];"))
+        .collect();
+    let map_ns: u64 = map.iter().map(|(_, c)| c).sum();
+    assert!(
+        map_ns as f64 > 0.5 * total as f64,
+        "map {map_ns} of {total} ns"
+    );
+    let decode: u64 = map
+        .iter()
+        .filter(|(s, _)| s.contains("DecodeImageV2Op") || s.contains("DecodeJpeg"))
+        .map(|(_, c)| c)
+        .sum();
+    assert!(
+        decode as f64 > 0.3 * map_ns as f64,
+        "decode {decode} of the map's {map_ns} ns"
+    );
+    assert!(
+        map.iter().any(|(s, _)| s.contains("DecodeImageV2Op")
+            && s.contains("jpeg_read_scanlines")
+            && s.contains(";start_thread;")),
+        "no complete stack from start_thread through DecodeImageV2Op into libjpeg"
+    );
+    let resize = map
+        .iter()
+        .filter(|(s, _)| s.contains("ResizeBilinear") || s.contains("Resize"))
+        .count();
+    eprintln!("{resize} distinct resize stacks under the map");
+
+    // Stacks unwound with .eh_frame reach a thread entry point.
+    assert!(complete >= 95.0, "{complete}% complete stacks");
+
+    // Nothing lost in the sampler.
+    let r: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
+        .expect("report.json");
+    let drops = r["drops"].as_array().expect("drops");
+    for what in ["sample_ringbuf_full", "sample_stack_copy_failed"] {
+        let d = drops
+            .iter()
+            .find(|d| d["what"] == what)
+            .unwrap_or_else(|| panic!("{what} not reported"));
+        assert_eq!(d["count"].as_f64(), Some(0.0), "{d}");
+    }
+}
+
+#[test]
+fn sample_rate_is_checked() {
+    let o = run_probe(&["--pid", "1", "--sample-hz", "5000", "--duration", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--sample-hz"));
+}
