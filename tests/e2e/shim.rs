@@ -275,8 +275,10 @@ fn run_keeps_results_identical() {
             &script,
             "--seconds",
             "120",
+            // Long enough (several seconds) for a recording with a cold
+            // layout cache to see two polls, as in a fresh CI clone.
             "--max-root",
-            "30",
+            "600",
             "--checksum",
             "--fork-workers",
             workers,
