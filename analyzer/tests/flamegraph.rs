@@ -6,7 +6,9 @@
 //!
 //!     PLUMBER_BLESS=1 cargo test -p plumber-analyzer --test flamegraph
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use plumber_analyzer::flamegraph::{
     parse_folded, render_folded, render_stacks, write_stack_outputs, FlameOptions,
@@ -14,39 +16,6 @@ use plumber_analyzer::flamegraph::{
 };
 use plumber_collector::stacks::synth::{demo_aggregator, demo_spans};
 use plumber_collector::stacks::{folded_text, FoldedKind, TraceOptions};
-
-fn golden_dir(case: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(case)
-}
-
-fn check_golden(case: &str, file: &str, actual: &str) {
-    let dir = golden_dir(case);
-    let path = dir.join(file);
-    let bless = std::env::var("PLUMBER_BLESS").is_ok_and(|v| v == "1");
-    if bless || !path.exists() {
-        std::fs::create_dir_all(&dir).expect("create golden dir");
-        std::fs::write(&path, actual).expect("write golden file");
-        eprintln!("golden file written: {}", path.display());
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).expect("read golden file");
-    if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{} differs from the output at line {} (PLUMBER_BLESS=1 to accept):\n  golden: {:?}\n  actual: {:?}",
-            path.display(),
-            first + 1,
-            expected.lines().nth(first),
-            actual.lines().nth(first)
-        );
-    }
-}
 
 /// The fill of the frame whose tooltip starts with `name (`.
 fn fill_of(svg: &str, name: &str) -> Option<String> {
@@ -62,11 +31,11 @@ fn demo_folded_and_svgs() {
     let agg = demo_aggregator();
     for kind in FoldedKind::ALL {
         let folded = folded_text(&agg, kind);
-        check_golden("flame_demo", &kind.folded_file(), &folded);
+        common::check_golden("flame_demo", &kind.folded_file(), &folded);
         let svg = render_stacks(&agg, kind, &FlameOptions::for_kind(kind))
             .expect("render")
             .expect("every kind has weight in the demo set");
-        check_golden("flame_demo", &kind.svg_file(), &svg);
+        common::check_golden("flame_demo", &kind.svg_file(), &svg);
         assert!(svg.contains(kind.title()), "{kind:?}: title");
         assert!(
             svg.contains(&format!(" {},", kind.count_name())),
@@ -186,7 +155,7 @@ fn plain_rendering_of_a_saved_file() {
         ..Default::default()
     };
     let svg = render_folded(text.as_bytes(), &opts).expect("render");
-    check_golden("flame_plain", "cpu.svg", &svg);
+    common::check_golden("flame_plain", "cpu.svg", &svg);
     assert!(svg.contains(">cpu.folded<"));
     // Duplicated lines in a hand-made file merge into the same graph.
     let doubled = format!("{text}{text}");
@@ -223,7 +192,7 @@ fn write_stack_outputs_writes_every_file() {
     assert_eq!(out.svg.len(), 4);
     // The same bytes as the goldens (rendered in parallel here).
     for kind in FoldedKind::ALL {
-        let g = golden_dir("flame_demo");
+        let g = common::golden_dir("flame_demo");
         for f in [kind.folded_file(), kind.svg_file()] {
             assert!(
                 read(&dir.join(&f)) == read(&g.join(&f)),

@@ -14,39 +14,12 @@ use plumber_analyzer::{
     MachineOverrides, Report,
 };
 
-fn check_golden(case: &str, file: &str, actual: &str) {
-    let dir = common::golden_dir(case);
-    let path = dir.join(file);
-    let bless = std::env::var("PLUMBER_BLESS").is_ok_and(|v| v == "1");
-    if bless || !path.exists() {
-        std::fs::create_dir_all(&dir).expect("create golden dir");
-        std::fs::write(&path, actual).expect("write golden file");
-        eprintln!("golden file written: {}", path.display());
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).expect("read golden file");
-    if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{} differs from the output at line {} (PLUMBER_BLESS=1 to accept):\n  golden: {:?}\n  actual: {:?}",
-            path.display(),
-            first + 1,
-            expected.lines().nth(first),
-            actual.lines().nth(first)
-        );
-    }
-}
-
 fn goldens(case: &str, a: &Analysis) {
     let r = a.report_ref();
-    check_golden(case, "report.txt", &render_text(r));
-    check_golden(case, "report.json", &render_json(a).expect("json"));
-    check_golden(case, "pipeline.svg", &render_svg(r));
-    check_golden(case, "pipeline.dot", &render_dot(r));
+    common::check_golden(case, "report.txt", &render_text(r));
+    common::check_golden(case, "report.json", &render_json(a).expect("json"));
+    common::check_golden(case, "pipeline.svg", &render_svg(r));
+    common::check_golden(case, "pipeline.dot", &render_dot(r));
     // report.json parses back into the same report (floats to 1e-12:
     // serde_json's default float parsing may differ in the last bit).
     let json = render_json(a).expect("json");

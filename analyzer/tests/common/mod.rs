@@ -250,3 +250,32 @@ pub fn golden_dir(case: &str) -> PathBuf {
         .join("tests/golden")
         .join(case)
 }
+
+/// Compares `actual` with tests/golden/CASE/FILE; a missing golden file is
+/// created, and PLUMBER_BLESS=1 rewrites it.
+pub fn check_golden(case: &str, file: &str, actual: &str) {
+    let dir = golden_dir(case);
+    let path = dir.join(file);
+    let bless = std::env::var("PLUMBER_BLESS").is_ok_and(|v| v == "1");
+    if bless || !path.exists() {
+        std::fs::create_dir_all(&dir).expect("create golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        eprintln!("golden file written: {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).expect("read golden file");
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{} differs from the output at line {} (PLUMBER_BLESS=1 to accept):\n  golden: {:?}\n  actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
