@@ -139,15 +139,17 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-fn install_signal_handlers() -> Result<()> {
+/// Installs `handler` for SIGINT, SIGTERM and SIGHUP: each stops the
+/// recording cleanly. The handler must only store to atomics.
+pub(crate) fn install_signal_handlers(handler: extern "C" fn(libc::c_int)) -> Result<()> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let sa = SigAction::new(
-        SigHandler::Handler(on_signal),
+        SigHandler::Handler(handler),
         SaFlags::empty(),
         SigSet::empty(),
     );
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is
+        // SAFETY: the handlers given here only store to atomics, which is
         // async-signal-safe.
         unsafe { sigaction(sig, &sa) }.with_context(|| format!("installing the {sig} handler"))?;
     }
@@ -313,7 +315,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
     let target = Target::open(opts.pid)?;
-    install_signal_handlers()?;
+    install_signal_handlers(on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
     let (derived, cache_hit) = attach::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {

@@ -179,7 +179,9 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
     let shim = shim_path()?;
     output::prepare_dir(&opts.output)?;
     let shm = SharedMem::create()?;
-    install_signal_handlers()?;
+    // Like `--pid` mode (stop the recording cleanly), also noting which
+    // signal it was, to pass it on to the command.
+    record::install_signal_handlers(on_signal)?;
     let mut preload = OsString::from(&shim);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
@@ -290,23 +292,6 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
     STOP.store(true, Ordering::SeqCst);
-}
-
-/// Like `--pid` mode's handlers (stop the recording cleanly), also noting
-/// which signal it was.
-fn install_signal_handlers() -> Result<()> {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let sa = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        // SAFETY: the handler only stores to atomics, which is
-        // async-signal-safe.
-        unsafe { sigaction(sig, &sa) }.with_context(|| format!("installing the {sig} handler"))?;
-    }
-    Ok(())
 }
 
 fn exited(child: &mut Child) -> bool {

@@ -112,6 +112,8 @@ pub struct Usage<'a, 'obj> {
     window: Option<(Vec<Link>, Instant)>,
     /// sched_switch could not be attached (or is skipped).
     no_switch: bool,
+    /// Stacks are left unnamed (PLUMBER_PROBE_SKIP=symbolize).
+    no_symbolize: bool,
     last_window: Option<Instant>,
     registry: Option<NameRegistry>,
     names: HashMap<u32, String>,
@@ -213,6 +215,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             mode,
             window: None,
             no_switch: skip("sched_switch"),
+            no_symbolize: skip("symbolize"),
             last_window: None,
             registry,
             names: HashMap::new(),
@@ -354,7 +357,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     }
 
     fn resolve_stack(&self, id: i64) -> StackInfo {
-        let names = if std::env::var("PLUMBER_PROBE_SKIP").is_ok_and(|s| s.contains("symbolize")) {
+        let names = if self.no_symbolize {
             Vec::new()
         } else {
             self.symbolize(&self.bpf.stack(id))

@@ -282,22 +282,7 @@ impl<'obj> Bpf<'obj> {
 
     /// User stack addresses of a stack id, innermost first.
     pub fn stack(&self, id: i64) -> Vec<u64> {
-        let Ok(id) = u32::try_from(id) else {
-            return Vec::new();
-        };
-        match self
-            .skel
-            .maps
-            .stack_traces
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-        {
-            Ok(Some(v)) => v
-                .chunks_exact(8)
-                .filter_map(|c| c.try_into().ok().map(u64::from_ne_bytes))
-                .take_while(|&a| a != 0)
-                .collect(),
-            _ => Vec::new(),
-        }
+        stack_addrs(&self.skel.maps.stack_traces, id)
     }
 
     /// Marks a file descriptor of the target as one whose reads are
@@ -405,22 +390,8 @@ impl<'obj> Bpf<'obj> {
 
     /// Drop counters summed over CPUs, indexed like `DROP_NAMES`.
     pub fn drops(&self) -> Result<Vec<u64>, BpfError> {
-        let m = &self.skel.maps.drops;
-        let mut out = vec![0u64; DROP_NAMES.len()];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let key = (i as u32).to_ne_bytes();
-            if let Some(per_cpu) = m
-                .lookup_percpu(&key, MapFlags::ANY)
-                .map_err(|e| BpfError::Map("drops", e))?
-            {
-                *slot = per_cpu
-                    .iter()
-                    .filter_map(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                    .map(u64::from_ne_bytes)
-                    .sum();
-            }
-        }
-        Ok(out)
+        percpu_counters(&self.skel.maps.drops, DROP_NAMES.len())
+            .map_err(|e| BpfError::Map("drops", e))
     }
 
     /// A ring buffer reader that appends retired-node events to `sink`;
@@ -441,6 +412,38 @@ impl<'obj> Bpf<'obj> {
         .map_err(|e| BpfError::Map("events", e))?;
         b.build().map_err(|e| BpfError::Map("events", e))
     }
+}
+
+/// The addresses of a BPF stack-trace map entry, innermost first (empty
+/// for a failed or evicted id).
+pub(crate) fn stack_addrs(map: &impl MapCore, id: i64) -> Vec<u64> {
+    let Ok(id) = u32::try_from(id) else {
+        return Vec::new();
+    };
+    match map.lookup(&id.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(v)) => v
+            .chunks_exact(8)
+            .filter_map(|c| c.try_into().ok().map(u64::from_ne_bytes))
+            .take_while(|&a| a != 0)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Entries 0..n of a per-CPU array of u64 counters, summed over CPUs.
+pub(crate) fn percpu_counters(map: &impl MapCore, n: usize) -> Result<Vec<u64>, libbpf_rs::Error> {
+    let mut out = vec![0u64; n];
+    for (i, slot) in out.iter_mut().enumerate() {
+        let key = (i as u32).to_ne_bytes();
+        if let Some(per_cpu) = map.lookup_percpu(&key, MapFlags::ANY)? {
+            *slot = per_cpu
+                .iter()
+                .filter_map(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map(u64::from_ne_bytes)
+                .sum();
+        }
+    }
+    Ok(out)
 }
 
 /// Syscalls whose tracepoints follow file I/O (x86-64 names).

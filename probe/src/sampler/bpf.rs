@@ -4,7 +4,7 @@
 use std::mem::MaybeUninit;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
+use libbpf_rs::{Link, OpenObject};
 use perf_event_open_sys::bindings as perf;
 
 use super::SamplerError;
@@ -148,42 +148,13 @@ impl<'obj> SampleBpf<'obj> {
 
     /// The drop counters, summed over CPUs, in [`DROP_NAMES`] order.
     pub fn drops(&self) -> Result<Vec<u64>, SamplerError> {
-        let m = &self.skel.maps.sample_drops;
-        let mut out = vec![0u64; DROP_NAMES.len()];
-        for (i, slot) in out.iter_mut().enumerate() {
-            let key = (i as u32).to_ne_bytes();
-            if let Some(per_cpu) = m
-                .lookup_percpu(&key, MapFlags::ANY)
-                .map_err(|e| SamplerError::Map("sample_drops", e))?
-            {
-                *slot = per_cpu
-                    .iter()
-                    .filter_map(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                    .map(u64::from_ne_bytes)
-                    .sum();
-            }
-        }
-        Ok(out)
+        crate::bpf::percpu_counters(&self.skel.maps.sample_drops, DROP_NAMES.len())
+            .map_err(|e| SamplerError::Map("sample_drops", e))
     }
 
     /// A kernel stack recorded by the program (innermost first).
     pub fn kernel_stack(&self, id: i64) -> Vec<u64> {
-        let Ok(id) = u32::try_from(id) else {
-            return Vec::new();
-        };
-        match self
-            .skel
-            .maps
-            .kstacks
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-        {
-            Ok(Some(v)) => v
-                .chunks_exact(8)
-                .filter_map(|c| c.try_into().ok().map(u64::from_ne_bytes))
-                .take_while(|&a| a != 0)
-                .collect(),
-            _ => Vec::new(),
-        }
+        crate::bpf::stack_addrs(&self.skel.maps.kstacks, id)
     }
 }
 
