@@ -653,7 +653,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         unreadable += push_retired(&mut rec.sink, &retired)?;
         drop(remove_link);
         let mut drops = self.bpf_drops()?;
-        if let Some(u) = &usage {
+        if let Some(u) = usage.as_mut() {
             rec.stack_context = u.stack_context();
         }
         drops.extend(finish_usage(usage, &mut rec.sink)?);
@@ -896,7 +896,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         };
         progress.done();
         let mut drops = self.bpf_drops()?;
-        if let Some(u) = &usage {
+        if let Some(u) = usage.as_mut() {
             rec.stack_context = u.stack_context();
         }
         drops.extend(finish_usage(usage, &mut rec.sink)?);

@@ -96,6 +96,8 @@ fn is_pseudo_file(path: &str) -> bool {
 }
 
 struct StackInfo {
+    /// Symbolized frames, innermost first.
+    frames: Vec<String>,
     /// Op of the innermost GetNextInternal frame, if it names one op.
     op: String,
     /// The waiting function.
@@ -310,6 +312,16 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         self.window = Some((links, Instant::now()));
     }
 
+    /// What a lock site's counts are multiplied by: condition-wait sites are
+    /// sampled one block in BLOCK_SAMPLE, in the windows only.
+    fn site_scale(&self, kind: u32) -> u64 {
+        if kind as usize == bt::WAIT_COND {
+            bt::BLOCK_SAMPLE * self.cond_scale()
+        } else {
+            1
+        }
+    }
+
     /// Condition waits are timed in the windows only: the factor that
     /// scales them to the whole recording.
     fn cond_scale(&self) -> u64 {
@@ -351,6 +363,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             self.stacks.insert(id, info);
         }
         self.stacks.entry(id).or_insert_with(|| StackInfo {
+            frames: Vec::new(),
             op: String::new(),
             site: "[unknown]".into(),
         })
@@ -377,7 +390,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             .find(|n| !is_wait_machinery(n))
             .map(|n| strip_params(n))
             .unwrap_or_else(|| "[unknown]".into());
-        StackInfo { op, site }
+        StackInfo {
+            frames: names,
+            op,
+            site,
+        }
     }
 
     fn symbolize(&self, addrs: &[u64]) -> Vec<String> {
@@ -539,17 +556,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 .collect();
             sink.push(Event::Io { mono_ns, files })?;
         }
-        let cond_scale = self.cond_scale();
         for (mono_ns, deltas) in std::mem::take(&mut self.pending_sites) {
             let mut sites = Vec::new();
             for (key, waits, ns) in deltas {
+                let scale = self.site_scale(key.kind);
                 let info = self.stack_info(key.stack_id);
-                // Condition-wait sites are sampled one block in BLOCK_SAMPLE.
-                let scale = if key.kind as usize == bt::WAIT_COND {
-                    bt::BLOCK_SAMPLE * cond_scale
-                } else {
-                    1
-                };
                 sites.push(LockSite {
                     kind: wait_kind_name(key.kind).to_string(),
                     site: info.site.clone(),
@@ -670,7 +681,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
 
     /// Thread names, op classes and each thread's main op, for the stack
     /// sampler's attribution.
-    pub fn stack_context(&self) -> crate::sampler::StackContext {
+    pub fn stack_context(&mut self) -> crate::sampler::StackContext {
         let thread_ops = self
             .thread_op_cpu
             .iter()
@@ -682,17 +693,17 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // Lock waits by site, since attach, with the frame-pointer stacks
         // BPF took at the wait: a first version of locks.folded (glibc has
         // no frame pointers, so these stacks can be short).
-        let locks = self
+        let sites: Vec<(SiteKey, u64)> = self
             .sites_prev
             .iter()
             .filter(|(_, (_, ns))| *ns > 0)
-            .map(|(key, (_, ns))| {
-                let scale = if key.kind as usize == bt::WAIT_COND {
-                    bt::BLOCK_SAMPLE
-                } else {
-                    1
-                };
-                let mut frames = self.symbolize(&self.bpf.stack(key.stack_id));
+            .map(|(key, (_, ns))| (*key, *ns))
+            .collect();
+        let locks = sites
+            .into_iter()
+            .map(|(key, ns)| {
+                let scale = self.site_scale(key.kind);
+                let mut frames = self.stack_info(key.stack_id).frames.clone();
                 frames.reverse();
                 crate::sampler::LockStack {
                     tid: key.ns_tid,
