@@ -77,9 +77,12 @@ enum pp_drop {
 /* Kinds of blocking, indexes into pp_waits. */
 enum pp_wait_kind {
 	PP_WAIT_LOCK = 0,	/* absl::Mutex slow path: contention */
-	PP_WAIT_COND = 1,	/* blocked otherwise: waiting for input, buffer space or work */
+	PP_WAIT_COND = 1,	/* absl::Mutex slow path with a condition (LockWhen, Await) */
 	PP_WAIT_GIL = 2,	/* CPython GIL acquisition */
-	PP_WAIT_FUTEX = 3,	/* reserved (futex waits are part of PP_WAIT_COND) */
+	/* Blocked otherwise (sched_switch, in attribution windows only):
+	 * condition variables, idle pools, sleeps. Reported with PP_WAIT_COND
+	 * as condition waits, after scaling to the whole recording. */
+	PP_WAIT_BLOCK = 3,
 	PP_WAIT_IO = 4,		/* read syscalls on tracked files */
 	PP_WAIT__COUNT = 5,
 };
@@ -118,12 +121,17 @@ struct pp_thread {
 	__u32 blocks;
 	__u32 block_gen;	/* attribution window the block began in */
 	__u64 wait_sp;		/* stack pointer at the outermost slow-path entry */
+	__u32 slow_paths;	/* outermost slow-path entries: stack sampling */
+	__u32 _pad2;
 };
 
-/* Call-site stacks of condition waits are taken for one block in
- * PP_BLOCK_SAMPLE (a stack walk at every context switch would cost more
- * than the waits are worth); user space scales those sites up. */
+/* Call-site stacks of blocks are taken for one block in PP_BLOCK_SAMPLE,
+ * and of lock, condition and GIL slow paths for one entry in
+ * PP_WAIT_SAMPLE (a user stack walk costs 1-2 us, more than the handler
+ * itself, and TensorFlow enters absl's slow path thousands of times a
+ * second); user space scales those sites up. Wait totals are not sampled. */
 #define PP_BLOCK_SAMPLE 8
+#define PP_WAIT_SAMPLE 8
 #define PP_STACK_UNSAMPLED (-1000)
 
 #define PP_THREAD_EXITED 1u

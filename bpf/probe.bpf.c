@@ -285,8 +285,8 @@ int getnext_exit(struct pt_regs *ctx)
  * they are timed in the windows only, and scaled by user space.
  *
  * Always attached, all on slow or rare paths: uprobe + uretprobe on
- * absl::Mutex::LockSlow (contention) and CPython's take_gil; the file
- * syscalls' own tracepoints, for files the target opened; task free.
+ * absl::Mutex::LockSlow (contention) and CPython's take_gil; uprobes on
+ * the target's libc file functions, for files the target opened; task free.
  * Measured on the image pipeline: a sched_switch program always attached,
  * raw sys_enter/sys_exit on every syscall and CondVar::WaitCommon probes
  * each cost the target a few % of its CPU per element, hence this design.
@@ -432,7 +432,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (prev_state & TASK_DEAD_STATE) {
 				st->flags |= PP_THREAD_EXITED;
 			} else if (!preempt && prev_state != 0 && st->wait_depth == 0 &&
-				   !is_read_nr(st->sys_nr)) {
+				   !(st->sys_start && is_read_nr(st->sys_nr))) {
 				/* Blocking outside the timed slow paths and file
 				 * reads: a condition wait, an idle pool, a sleep. */
 				st->blocked_since = now;
@@ -451,7 +451,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			 * was detached in between) has no known length. */
 			if (st->blocked_since && now > st->blocked_since &&
 			    st->block_gen == attr_gen)
-				account_wait(st, PP_WAIT_COND, now - st->blocked_since,
+				account_wait(st, PP_WAIT_BLOCK, now - st->blocked_since,
 					     st->block_stack);
 			st->blocked_since = 0;
 		}
@@ -570,7 +570,8 @@ static __always_inline int wait_enter(void *ctx, __u32 kind)
 		st->wait_sp = sp;
 		st->wait_start = bpf_ktime_get_ns();
 		st->wait_kind = kind;
-		st->wait_stack = user_stack(ctx);
+		st->wait_stack = (st->slow_paths++ % PP_WAIT_SAMPLE) == 0 ? user_stack(ctx) :
+									     PP_STACK_UNSAMPLED;
 	}
 	return 0;
 }
@@ -647,7 +648,9 @@ static __always_inline int sys_enter(void *ctx, long nr, __u64 a0, __u64 a1)
 	struct pp_thread *st = current_state();
 	if (!st)
 		return 0;
+	/* Not followed until the end of this function says so. */
 	st->sys_nr = 0;
+	st->sys_start = 0;
 	if (is_read_nr(nr)) {
 		__u32 fd = (__u32)a0;
 		if (!bpf_map_lookup_elem(&fds, &fd))
@@ -670,12 +673,11 @@ static __always_inline int sys_enter(void *ctx, long nr, __u64 a0, __u64 a1)
 	return 0;
 }
 
-static __always_inline int sys_exit(long nr, long ret)
+static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 {
 	if (!is_read_nr(nr) && !is_open_nr(nr))
 		return 0;
-	struct pp_thread *st = current_state();
-	if (!st || st->sys_nr != nr || !st->sys_start)
+	if (st->sys_nr != nr || !st->sys_start)
 		return 0;
 	__u64 dur = bpf_ktime_get_ns() - st->sys_start;
 	st->sys_nr = 0;
@@ -713,8 +715,58 @@ static __always_inline int sys_exit(long nr, long ret)
 	return 0;
 }
 
-/* Default: the tracepoints of the file syscalls themselves (attached one by
- * one from user space), so no other syscall of any process pays. */
+static __always_inline int sys_exit(long nr, long ret)
+{
+	if (!is_read_nr(nr) && !is_open_nr(nr))
+		return 0;
+	struct pp_thread *st = current_state();
+	if (!st)
+		return 0;
+	return sys_exit_st(st, nr, ret);
+}
+
+/* Default: uprobes on the target's own libc wrappers (read, pread64, readv,
+ * preadv*, open*, close), installed in the target's address space only.
+ * Enabling any syscall tracepoint instead puts every syscall of every
+ * thread on the kernel's slow tracing path (TensorFlow makes tens of
+ * thousands of futex calls a second); measured in BENCHMARKS.md. The
+ * syscall number stands for the function's kind: the read functions all
+ * take the fd first. glibc returns -1 (errno) on failure: same tests. */
+SEC("uprobe")
+int libc_read_enter(struct pt_regs *ctx)
+{
+	return sys_enter(ctx, NR_read, PT_REGS_PARM1(ctx), 0);
+}
+SEC("uprobe")
+int libc_open_enter(struct pt_regs *ctx)
+{
+	return sys_enter(ctx, NR_open, PT_REGS_PARM1(ctx), 0);
+}
+SEC("uprobe")
+int libc_openat_enter(struct pt_regs *ctx)
+{
+	return sys_enter(ctx, NR_openat, 0, PT_REGS_PARM2(ctx));
+}
+SEC("uprobe")
+int libc_close_enter(struct pt_regs *ctx)
+{
+	return sys_enter(ctx, NR_close, PT_REGS_PARM1(ctx), 0);
+}
+/* One return probe for all: the entry left its kind in sys_nr, and
+ * sys_start is 0 when the call is not followed (e.g. a read of an fd we do
+ * not track; NR_read is 0, so sys_nr cannot tell). */
+SEC("uretprobe")
+int libc_io_exit(struct pt_regs *ctx)
+{
+	struct pp_thread *st = current_state();
+	if (!st || !st->sys_start)
+		return 0;
+	return sys_exit_st(st, st->sys_nr, PT_REGS_RC(ctx));
+}
+
+/* Fallback where the target's libc cannot be probed (static or unknown
+ * libc): the tracepoints of the file syscalls themselves, attached one by
+ * one, so at least no other syscall's program runs. */
 SEC("tracepoint")
 int file_sys_enter(struct trace_event_raw_sys_enter *ctx)
 {
@@ -759,7 +811,7 @@ int BPF_PROG(on_free, struct task_struct *p)
 }
 
 /* probe/src/bpf/types.rs decodes these by offset. */
-_Static_assert(sizeof(struct pp_thread) == 288, "pp_thread layout");
+_Static_assert(sizeof(struct pp_thread) == 296, "pp_thread layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
 _Static_assert(__builtin_offsetof(struct pp_io_event, path) == PP_IO_EVENT_HEAD, "pp_io_event layout");

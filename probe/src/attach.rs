@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 use crate::layout::{self, IteratorLayout, LayoutError, NodeLayout};
 use crate::symbols::{self, Symbol, SymbolError, Symbols};
 use crate::target::Target;
+use crate::xol;
 
 const GET_NEXT: &str =
     "_ZN10tensorflow4data19DatasetBaseIterator7GetNextEPNS0_15IteratorContextEPSt6vectorINS_6TensorESaIS5_EEPb";
@@ -164,6 +165,81 @@ pub fn gil_probe(target: &Target) -> Option<(ProbePoint, &'static str)> {
         }
     }
     None
+}
+
+/// The libc file functions followed for I/O, by kind. glibc exports each
+/// under several names (`open`/`open64`/`__open_2`...), often at one
+/// address: probes are placed once per address.
+const LIBC_IO: &[(LibcIo, &[&str])] = &[
+    (
+        LibcIo::Read,
+        &[
+            "read",
+            "pread64",
+            "pread",
+            "readv",
+            "preadv64",
+            "preadv",
+            "preadv64v2",
+            "preadv2",
+        ],
+    ),
+    (LibcIo::Open, &["open64", "open", "__open64_2", "__open_2"]),
+    (
+        LibcIo::OpenAt,
+        &["openat64", "openat", "__openat64_2", "__openat_2"],
+    ),
+    (LibcIo::Close, &["close"]),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibcIo {
+    /// fd first: read, pread64, readv, preadv*.
+    Read,
+    /// path first.
+    Open,
+    /// dirfd, then path.
+    OpenAt,
+    Close,
+}
+
+/// A libc file function to probe: kind, file offset, symbol name.
+pub type LibcIoPoint = (LibcIo, u64, &'static str);
+
+/// Where to probe the target's libc file functions: (kind, offset, name),
+/// one entry per distinct address. None if the target has no glibc mapped
+/// or it exports none of them.
+pub fn libc_io_probes(target: &Target) -> Option<(PathBuf, Vec<LibcIoPoint>)> {
+    let lib = target.libc.as_ref()?;
+    let syms = Symbols::new();
+    let mut out: Vec<LibcIoPoint> = Vec::new();
+    let mut seen = Vec::new();
+    for (kind, names) in LIBC_IO {
+        let found = match syms.lookup(&lib.host_path, names) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!("{e}");
+                return None;
+            }
+        };
+        for (sym, name) in found.into_iter().zip(names.iter()) {
+            let Some(sym) = sym else { continue };
+            if seen.contains(&sym.file_offset) {
+                continue;
+            }
+            seen.push(sym.file_offset);
+            // Past glibc's single-thread check, on an instruction the
+            // kernel emulates (see xol.rs).
+            let skip = symbols::code(&lib.host_path, &sym)
+                .map(|c| xol::cheap_entry_offset(&c))
+                .unwrap_or(0) as u64;
+            out.push((*kind, sym.file_offset + skip, name));
+        }
+    }
+    // Reads and opens at least, or the sessions cannot be followed.
+    let has = |k: LibcIo| out.iter().any(|(kind, _, _)| *kind == k);
+    (has(LibcIo::Read) && has(LibcIo::Open) && has(LibcIo::Close))
+        .then(|| (lib.host_path.clone(), out))
 }
 
 /// Derives (or loads from the cache) what is needed to observe `target`.

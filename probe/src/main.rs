@@ -21,6 +21,7 @@ mod symbols;
 mod target;
 mod threads;
 mod usage;
+mod xol;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

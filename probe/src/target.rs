@@ -49,6 +49,9 @@ pub struct Target {
     /// Where CPython's GIL functions may live: libpython if mapped, and the
     /// executable (a statically linked python exports them itself).
     pub python: Vec<Library>,
+    /// The C library whose file functions the target calls (glibc's
+    /// `libc.so.6`); None for a static or unusual libc.
+    pub libc: Option<Library>,
     pub tensorflow_version: String,
 }
 
@@ -134,11 +137,13 @@ impl Target {
         if let Ok(exe) = fs::read_link(format!("/proc/{pid}/exe")) {
             python.push(library(pid, &exe.to_string_lossy()));
         }
+        let libc = find_library(pid, &maps, "libc.so.6");
         Ok(Target {
             pid,
             framework,
             cc,
             python,
+            libc,
             tensorflow_version,
         })
     }

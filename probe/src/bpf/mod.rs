@@ -202,6 +202,39 @@ impl<'obj> Bpf<'obj> {
             })
     }
 
+    /// Uprobes on the target's libc file functions (see bpf/probe.bpf.c):
+    /// one return probe per function, attached before its entry probe (an
+    /// entry without its return would leave a stale call; a return without
+    /// entry is ignored). Close needs no return probe.
+    pub fn attach_libc_io(
+        &self,
+        lib: &Path,
+        points: &[crate::attach::LibcIoPoint],
+    ) -> Result<Vec<Link>, BpfError> {
+        use crate::attach::LibcIo;
+        let p = &self.skel.progs;
+        let mut links = Vec::new();
+        for &(kind, offset, _name) in points {
+            let enter = match kind {
+                LibcIo::Read => &p.libc_read_enter,
+                LibcIo::Open => &p.libc_open_enter,
+                LibcIo::OpenAt => &p.libc_openat_enter,
+                LibcIo::Close => &p.libc_close_enter,
+            };
+            if kind != LibcIo::Close {
+                links.push(self.attach(
+                    &p.libc_io_exit,
+                    "libc file return probe",
+                    true,
+                    lib,
+                    offset,
+                )?);
+            }
+            links.push(self.attach(enter, "libc file probe", false, lib, offset)?);
+        }
+        Ok(links)
+    }
+
     /// The file syscalls' own tracepoints; without tracefs, the raw
     /// sys_enter/sys_exit ones (every syscall of every process pays a
     /// little then).

@@ -24,10 +24,13 @@ pub const DROP_NAMES: [&str; 15] = [
 pub const WAIT_LOCK: usize = 0;
 pub const WAIT_COND: usize = 1;
 pub const WAIT_GIL: usize = 2;
-pub const WAIT_FUTEX: usize = 3;
+/// Blocked outside the slow paths, timed in attribution windows only.
+pub const WAIT_BLOCK: usize = 3;
 pub const WAIT_IO: usize = 4;
-/// Condition-wait call sites are sampled one block in this many.
+/// Call sites of blocks are sampled one block in this many...
 pub const BLOCK_SAMPLE: u64 = 8;
+/// ... and those of lock, condition and GIL slow paths one entry in this many.
+pub const WAIT_SAMPLE: u64 = 8;
 const WAIT_KINDS: usize = 5;
 
 /// `struct pp_waits`: ns and counts per wait kind.
@@ -59,7 +62,7 @@ pub struct ThreadState {
     pub waits: Waits,
 }
 
-pub const THREAD_STATE_SIZE: usize = 288;
+pub const THREAD_STATE_SIZE: usize = 296;
 const THREAD_EXITED: u32 = 1;
 
 impl ThreadState {
