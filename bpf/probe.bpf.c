@@ -14,15 +14,10 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "plumber.h"
+#include "target.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* target_tgid is in the PID namespace of plumber-probe itself, identified
- * by (pidns_dev, pidns_ino), so a probe running in a container filters on
- * the PIDs it sees; the kernel's global tgid would never match there. */
-const volatile __u32 target_tgid = 0;
-const volatile __u64 pidns_dev = 0;
-const volatile __u64 pidns_ino = 0;
 const volatile struct pp_node_layout layout = {};
 
 struct {
@@ -85,18 +80,6 @@ static __always_inline void count_drop(__u32 what)
 	__u64 *v = bpf_map_lookup_elem(&drops, &what);
 	if (v)
 		*v += 1;
-}
-
-static __always_inline bool is_target(void)
-{
-	if (pidns_ino) {
-		struct bpf_pidns_info ns = {};
-
-		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
-			return false; /* not in our namespace: not our target */
-		return ns.tgid == target_tgid;
-	}
-	return (bpf_get_current_pid_tgid() >> 32) == target_tgid;
 }
 
 /* DatasetBaseIterator::GetNext returns absl::Status through a hidden
@@ -339,23 +322,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1024 * 1024);
 } io_events SEC(".maps");
-
-/* Like is_target(), also giving the current thread's tid in our PID
- * namespace. */
-static __always_inline bool target_tid(__u32 *ns_tid)
-{
-	if (pidns_ino) {
-		struct bpf_pidns_info ns = {};
-
-		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
-			return false;
-		*ns_tid = ns.pid;
-		return ns.tgid == target_tgid;
-	}
-	__u64 id = bpf_get_current_pid_tgid();
-	*ns_tid = (__u32)id;
-	return (id >> 32) == target_tgid;
-}
 
 static __always_inline struct pp_thread *thread_state(__u32 tid)
 {

@@ -15,17 +15,12 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "sample.h"
+#include "target.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 _Static_assert(sizeof(struct ps_sample) == PS_SAMPLE_HEAD + PS_STACK_BYTES,
 	       "struct ps_sample layout (probe/src/sampler/bpf.rs reads it)");
-
-/* Same meaning as in probe.bpf.c: the target's tgid in plumber-probe's own
- * PID namespace (pidns_dev, pidns_ino). */
-const volatile __u32 target_tgid = 0;
-const volatile __u64 pidns_dev = 0;
-const volatile __u64 pidns_ino = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -51,21 +46,6 @@ static __always_inline void count_drop(__u32 what)
 	__u64 *v = bpf_map_lookup_elem(&sample_drops, &what);
 	if (v)
 		*v += 1;
-}
-
-static __always_inline bool target_tid(__u32 *ns_tid)
-{
-	if (pidns_ino) {
-		struct bpf_pidns_info ns = {};
-
-		if (bpf_get_ns_current_pid_tgid(pidns_dev, pidns_ino, &ns, sizeof(ns)))
-			return false;
-		*ns_tid = ns.pid;
-		return ns.tgid == target_tgid;
-	}
-	__u64 id = bpf_get_current_pid_tgid();
-	*ns_tid = (__u32)id;
-	return (id >> 32) == target_tgid;
 }
 
 /* Copies the stack from sp up, as much of it as is mapped, up to

@@ -27,7 +27,13 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default());
     build(&bpf_dir, &out_dir, "probe");
     build(&bpf_dir, &out_dir, "sample");
-    for f in ["probe.bpf.c", "plumber.h", "sample.bpf.c", "sample.h"] {
+    for f in [
+        "probe.bpf.c",
+        "plumber.h",
+        "sample.bpf.c",
+        "sample.h",
+        "target.h",
+    ] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
     }
 }

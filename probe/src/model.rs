@@ -202,6 +202,31 @@ pub fn stable_path(prefix: &str) -> String {
     out
 }
 
+/// Fills each observed node's parallelism from its iterator's `SharedState`
+/// knob (`iter_of`: node address -> iterator address), where the layout
+/// knows the op and the iterator still owns the node.
+pub fn fill_parallelism(
+    mem: &Memory,
+    obs: &mut [NodeObservation],
+    iter_of: &std::collections::HashMap<u64, u64>,
+    il: &crate::layout::IteratorLayout,
+) {
+    for n in obs.iter_mut() {
+        let (Some(&off), Some(&it)) = (il.parallelism.get(&n.name), iter_of.get(&n.addr)) else {
+            continue;
+        };
+        // The iterator must still own this node (not freed and reused).
+        if mem.u64(it + il.node as u64).ok() != Some(n.addr) {
+            continue;
+        }
+        if let Ok(v) = mem.u64(it + off as u64).and_then(|ss| mem.f64(ss)) {
+            if v.is_finite() && (1.0..=65536.0).contains(&v) {
+                n.parallelism = Some(v);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

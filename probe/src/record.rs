@@ -585,7 +585,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                             .is_some_and(|n| n.parent.is_none() && n.id == id) =>
                     {
                         invalid_nodes += skipped;
-                        self.fill_parallelism(&mut obs, &iter_of, &iter_layout);
+                        crate::model::fill_parallelism(&self.mem, &mut obs, &iter_of, &iter_layout);
                         nodes = obs;
                     }
                     _ => {
@@ -718,49 +718,11 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
     }
 
     fn sleep_interval(&self, window_start: Option<Instant>, mut usage: Option<&mut Usage<'_, '_>>) {
-        // Sleep in small steps so Ctrl-C and the end of the duration are
-        // honoured promptly, and the last poll lands on the deadline.
-        let until = Instant::now() + self.opts.interval;
-        while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+        sleep_interval(self.opts.interval, self.opts.duration, window_start, || {
             if let Some(u) = usage.as_deref_mut() {
                 u.tick();
             }
-            if let (Some(d), Some(s)) = (self.opts.duration, window_start) {
-                if s.elapsed() >= d {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn fill_parallelism(
-        &self,
-        obs: &mut [NodeObservation],
-        iter_of: &HashMap<u64, u64>,
-        il: &crate::layout::IteratorLayout,
-    ) {
-        for n in obs.iter_mut() {
-            let Some(&off) = il.parallelism.get(&n.name) else {
-                continue;
-            };
-            let Some(&it) = iter_of.get(&n.addr) else {
-                continue;
-            };
-            // The iterator must still own this node (not freed and reused).
-            if self.mem.u64(it + il.node as u64).ok() != Some(n.addr) {
-                continue;
-            }
-            let v = self
-                .mem
-                .u64(it + off as u64)
-                .and_then(|ss| self.mem.f64(ss));
-            if let Ok(v) = v {
-                if v.is_finite() && (1.0..=65536.0).contains(&v) {
-                    n.parallelism = Some(v);
-                }
-            }
-        }
+        });
     }
 
     /// CPU, waits and I/O. Without them the recording still has the
@@ -918,4 +880,25 @@ fn finish_usage(usage: Option<Usage<'_, '_>>, sink: &mut EventSink) -> Result<Ve
 /// Where outputs go.
 pub fn default_output(pid: i32) -> PathBuf {
     PathBuf::from(format!("plumber-{pid}"))
+}
+
+/// Sleeps until the next poll, in small steps so that Ctrl-C and the end of
+/// the duration are honoured promptly and the last poll lands on the
+/// deadline; `tick` runs at every step (attribution windows).
+pub(crate) fn sleep_interval(
+    interval: Duration,
+    duration: Option<Duration>,
+    window_start: Option<Instant>,
+    mut tick: impl FnMut(),
+) {
+    let until = Instant::now() + interval;
+    while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+        tick();
+        if let (Some(d), Some(s)) = (duration, window_start) {
+            if s.elapsed() >= d {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

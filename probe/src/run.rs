@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use plumber_collector::event::{
-    AttributionSample, Drop as DropCount, Event, FileIo, NodeCounters, NodeObservation,
-    NodeRetired, Poll, ThreadObservation, WaitCounters,
+    AttributionSample, Drop as DropCount, Event, FileIo, NodeCounters, NodeRetired, Poll,
+    ThreadObservation, WaitCounters,
 };
 use tracing::{debug, info, warn};
 
@@ -539,7 +539,7 @@ impl Ctx<'_> {
                 iter_of.clear();
                 continue;
             }
-            self.fill_parallelism(&mut nodes, &iter_of, &iter_layout);
+            crate::model::fill_parallelism(&self.mem, &mut nodes, &iter_of, &iter_layout);
             iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             unreadable += self.drain_retired(&mut retired_tail, &mut rec.sink, &mut node_path)?;
             let (mono_ns, wall_ns) = record::now_ns();
@@ -578,7 +578,7 @@ impl Ctx<'_> {
             if let Some(stop) = stopping {
                 break stop;
             }
-            self.sleep_interval(window_start);
+            record::sleep_interval(self.opts.interval, self.opts.duration, window_start, || {});
         };
         progress.done();
         if window_start.is_none() {
@@ -814,45 +814,6 @@ impl Ctx<'_> {
         let mut v: Vec<AttributionSample> = out.into_values().collect();
         v.sort_by(|a, b| (a.tid, a.node, &a.op_path).cmp(&(b.tid, b.node, &b.op_path)));
         v
-    }
-
-    fn sleep_interval(&self, window_start: Option<Instant>) {
-        let until = Instant::now() + self.opts.interval;
-        while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
-            if let (Some(d), Some(s)) = (self.opts.duration, window_start) {
-                if s.elapsed() >= d {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn fill_parallelism(
-        &self,
-        obs: &mut [NodeObservation],
-        iter_of: &HashMap<u64, u64>,
-        il: &crate::layout::IteratorLayout,
-    ) {
-        for n in obs.iter_mut() {
-            let (Some(&off), Some(&it)) = (il.parallelism.get(&n.name), iter_of.get(&n.addr))
-            else {
-                continue;
-            };
-            // The iterator must still own this node (not freed and reused).
-            if self.mem.u64(it + il.node as u64).ok() != Some(n.addr) {
-                continue;
-            }
-            if let Ok(v) = self
-                .mem
-                .u64(it + off as u64)
-                .and_then(|ss| self.mem.f64(ss))
-            {
-                if v.is_finite() && (1.0..=65536.0).contains(&v) {
-                    n.parallelism = Some(v);
-                }
-            }
-        }
     }
 }
 
