@@ -582,6 +582,18 @@ static __always_inline bool is_read_nr(long nr)
 	       nr == NR_preadv2;
 }
 
+/* "/proc/", "/sys/" or "/dev/" (the same list as usage.rs). */
+static __always_inline bool is_pseudo_path(const char *p)
+{
+	if (p[0] != '/')
+		return false;
+	if (p[1] == 'p' && p[2] == 'r' && p[3] == 'o' && p[4] == 'c' && p[5] == '/')
+		return true;
+	if (p[1] == 's' && p[2] == 'y' && p[3] == 's' && p[4] == '/')
+		return true;
+	return p[1] == 'd' && p[2] == 'e' && p[3] == 'v' && p[4] == '/';
+}
+
 static __always_inline bool is_open_nr(long nr)
 {
 	return nr == NR_open || nr == NR_openat || nr == NR_openat2;
@@ -603,7 +615,10 @@ static __always_inline void emit_io(struct pp_thread *st, __u32 kind, __s32 fd, 
 	e->stack_id = stack;
 	e->ret = ret;
 	e->dur_ns = dur;
-	bpf_ringbuf_submit(e, 0);
+	/* User space drains at every poll and never waits on this ring: a
+	 * wakeup would only cost an irq_work (a self-IPI, a VM exit under
+	 * KVM) per read. */
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 }
 
 /* A file syscall starts: remember what is needed at its return. */
@@ -660,13 +675,27 @@ static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 		return 0;
 	__u32 fd = (__u32)ret;
 	__u8 one = 1;
-	if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
-		count_drop(PP_DROP_FD_MAP_FULL);
 	struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, sizeof(*e), 0);
 	if (!e) {
+		/* Followed without a path: its reads still count as unnamed. */
+		if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+			count_drop(PP_DROP_FD_MAP_FULL);
 		count_drop(PP_DROP_IO_RINGBUF_FULL);
 		return 0;
 	}
+	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)st->sys_arg) < 0)
+		e->path[0] = 0;
+	/* /proc, /sys and /dev are not input files (TensorFlow's autotune
+	 * reads /proc/meminfo all the time). Decided here, at the open's
+	 * return: by the time user space could untrack the fd, another thread
+	 * may have closed it and opened a real file under the same number. */
+	if (is_pseudo_path(e->path)) {
+		bpf_map_delete_elem(&fds, &fd);
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+		count_drop(PP_DROP_FD_MAP_FULL);
 	e->mono_ns = bpf_ktime_get_ns();
 	e->ns_tid = st->ns_tid;
 	e->kind = PP_IO_OPEN;
@@ -675,9 +704,7 @@ static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 	e->stack_id = st->sys_stack;
 	e->ret = ret;
 	e->dur_ns = dur;
-	if (bpf_probe_read_user_str(e->path, sizeof(e->path), (void *)st->sys_arg) < 0)
-		e->path[0] = 0;
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 

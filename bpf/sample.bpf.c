@@ -108,6 +108,9 @@ int sample(struct bpf_perf_event_data *ctx)
 	s->stack_len = copy_stack(s, s->sp);
 	if (!s->stack_len)
 		count_drop(PS_DROP_STACK_COPY_FAILED);
-	bpf_ringbuf_submit(s, 0);
+	/* No wakeup: the worker drains every 50 ms by itself. A wakeup per
+	 * sample would be an irq_work (a self-IPI, a VM exit under KVM) in
+	 * the target's timer interrupt and a context switch to our thread. */
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 	return 0;
 }

@@ -3,16 +3,19 @@
 //! A cpu-clock perf event per CPU runs bpf/sample.bpf.c at `--sample-hz`;
 //! for the target's threads it sends the user registers and a copy of the
 //! top of the user stack through a ring buffer. A worker thread of ours
-//! unwinds each copy with the libraries' `.eh_frame` (framehop), names the
-//! frames (blazesym, cached per address) and counts identical
-//! (thread, stack) pairs, so memory grows with distinct stacks, not with
-//! samples. At the end [`attribute`] turns them into a
-//! [`StackAggregator`] with TensorFlow's thread names and the ops the
-//! threads worked for, which `plumber_analyzer::flamegraph` renders.
+//! unwinds each copy with the libraries' `.eh_frame` (framehop) and counts
+//! identical (thread, address stack) pairs, so memory grows with distinct
+//! stacks, not with samples. Frames are named (blazesym) only when the
+//! recording ends: the first lookup in libtensorflow_cc builds an index of
+//! its 1.2 M symbols, about 1.5 s of CPU that would otherwise be taken from
+//! the target while it is measured. At the end [`attribute`] turns the
+//! named stacks into a [`StackAggregator`] with TensorFlow's thread names
+//! and the ops the threads worked for, which `plumber_analyzer::flamegraph`
+//! renders.
 //!
 //! Everything runs on the worker: the BPF object, its perf events and ring
 //! buffer are created, read and released there, so the poll loop of the
-//! recording is never delayed by a cold symbol lookup in libtensorflow_cc.
+//! recording is never delayed by unwinding.
 
 mod attribute;
 mod bpf;
@@ -73,10 +76,21 @@ pub fn reaches_entry(frames_outer_first: &[Arc<str>]) -> bool {
     })
 }
 
-/// Distinct (thread, stack) pairs kept; samples of new stacks past it are
-/// counted (`sample_stacks_over_limit`), not kept, so memory stays bounded
-/// on a long recording of a program with very varied stacks.
+/// Distinct (thread, address stack) pairs kept until the end; samples of
+/// new stacks past it are counted (`sample_stacks_over_limit`), not kept,
+/// so memory stays bounded on a long recording of a program with very
+/// varied stacks (at 49 Hz on 2 CPUs, 200,000 samples take 30 minutes even
+/// if each were new).
 const MAX_DISTINCT_STACKS: usize = 200_000;
+
+/// A sample's stack as unwound, before naming: user addresses innermost
+/// first, kernel addresses innermost first.
+#[derive(PartialEq, Eq, Hash)]
+struct RawStack {
+    tid: u32,
+    user: Vec<u64>,
+    kernel: Vec<u64>,
+}
 
 /// What the sampler collected.
 #[derive(Debug, Default)]
@@ -269,8 +283,10 @@ fn worker(
     let mut state = Processor::new(pid, hz);
     let mut last_refresh = Instant::now();
     while !stop.load(Ordering::SeqCst) {
-        // poll() errors only when a callback does; ours do not.
-        let _ = rb.poll(Duration::from_millis(50));
+        // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
+        // timer. consume() errors only when a callback does; ours do not.
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = rb.consume();
         let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
         // New libraries (dlopen) and JIT regions: look again now and then.
         if last_refresh.elapsed() >= Duration::from_secs(2) {
@@ -283,8 +299,11 @@ fn worker(
     let _ = rb.consume();
     let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
     state.process(&batch, &sbpf);
-    let mut out = state.out;
-    out.symbol_lookups = state.names.lookups;
+    // Sampling has stopped: the target is no longer measured, and the
+    // symbol index can be built now.
+    let t0 = Instant::now();
+    let mut out = state.name_stacks();
+    out.symbolize_ns = t0.elapsed().as_nanos() as u64;
     out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
@@ -322,6 +341,8 @@ fn worker(
 struct Processor {
     unwinder: StackUnwinder,
     names: FrameNames,
+    /// Address stacks and how their unwinding ended, with sample counts.
+    raw: HashMap<RawStack, (Truncation, u64)>,
     out: SampledStacks,
 }
 
@@ -330,6 +351,7 @@ impl Processor {
         Processor {
             unwinder: StackUnwinder::new(pid),
             names: FrameNames::new(pid),
+            raw: HashMap::new(),
             out: SampledStacks {
                 period_ns: 1_000_000_000 / u64::from(hz.max(1)),
                 ..Default::default()
@@ -344,7 +366,8 @@ impl Processor {
         // Kernel stacks first: a sample taken in a uprobe's breakpoint
         // handler (ours, on record_stop or a lock) has a user ip one past
         // the int3, in the middle of the probed function's first
-        // instruction, which the CFI would misread.
+        // instruction, which the CFI would misread. Kernel names come from
+        // kallsyms, which is cheap, so they are resolved as they come.
         let kernels: Vec<Vec<u64>> = batch
             .iter()
             .map(|s| {
@@ -358,52 +381,62 @@ impl Processor {
         let kaddrs: Vec<u64> = kernels.iter().flatten().copied().collect();
         self.names.resolve_kernel(&kaddrs);
         let t0 = Instant::now();
-        // Unwind all, then name every new address in one lookup.
-        let unwound: Vec<(u32, Vec<u64>, Vec<u64>, Truncation)> = batch
-            .iter()
-            .zip(kernels)
-            .map(|(s, kernel)| {
-                let in_int3 = kernel
-                    .iter()
-                    .any(|a| self.names.kernel(*a).contains("exc_int3"));
-                let ip = if in_int3 { s.ip.wrapping_sub(1) } else { s.ip };
-                let (user, end) = self.unwinder.unwind(ip, s.sp, s.bp, &s.stack);
-                (s.tid, user, kernel, end)
-            })
-            .collect();
-        let t1 = Instant::now();
-        let user: Vec<u64> = unwound.iter().flat_map(|u| u.1.iter().copied()).collect();
-        self.names.resolve_user(&user, &self.unwinder);
-        self.out.unwind_ns += (t1 - t0).as_nanos() as u64;
-        self.out.symbolize_ns += t1.elapsed().as_nanos() as u64;
-        for (tid, user, kernel, end) in unwound {
-            // Outermost first, as folded stacks are written.
-            let mut frames: Vec<Arc<str>> =
-                user.iter().rev().map(|a| self.names.user(*a)).collect();
-            frames.extend(kernel.iter().rev().map(|a| self.names.kernel(*a)));
-            let o = &mut self.out;
-            o.samples += 1;
+        for (s, kernel) in batch.iter().zip(kernels) {
+            let in_int3 = kernel
+                .iter()
+                .any(|a| self.names.kernel(*a).contains("exc_int3"));
+            let ip = if in_int3 { s.ip.wrapping_sub(1) } else { s.ip };
+            let (user, end) = self.unwinder.unwind(ip, s.sp, s.bp, &s.stack);
+            self.out.samples += 1;
             if !kernel.is_empty() {
-                o.in_kernel += 1;
+                self.out.in_kernel += 1;
             }
-            if reaches_entry(&frames) {
-                o.complete += 1;
+            let key = RawStack {
+                tid: s.tid,
+                user,
+                kernel,
+            };
+            if let Some(c) = self.raw.get_mut(&key) {
+                c.1 += 1;
+            } else if self.raw.len() < MAX_DISTINCT_STACKS {
+                self.raw.insert(key, (end, 1));
             } else {
-                match end {
-                    Truncation::OutOfStack => o.out_of_stack += 1,
-                    Truncation::TooDeep => o.too_deep += 1,
-                    Truncation::Failed | Truncation::Complete => o.unwind_failed += 1,
-                }
-            }
-            let key = (tid, frames);
-            if let Some(c) = o.stacks.get_mut(&key) {
-                *c += 1;
-            } else if o.stacks.len() < MAX_DISTINCT_STACKS {
-                o.stacks.insert(key, 1);
-            } else {
-                o.over_limit += 1;
+                self.out.over_limit += 1;
             }
         }
+        self.out.unwind_ns += t0.elapsed().as_nanos() as u64;
+    }
+
+    /// Names every address once (one blazesym call) and counts identical
+    /// named stacks: different addresses in the same functions merge here.
+    fn name_stacks(mut self) -> SampledStacks {
+        let mut user: Vec<u64> = self
+            .raw
+            .keys()
+            .flat_map(|k| k.user.iter().copied())
+            .collect();
+        user.sort_unstable();
+        user.dedup();
+        self.names.resolve_user(&user, &self.unwinder);
+        let mut o = self.out;
+        o.symbol_lookups = self.names.lookups;
+        for (k, (end, n)) in self.raw {
+            // Outermost first, as folded stacks are written.
+            let mut frames: Vec<Arc<str>> =
+                k.user.iter().rev().map(|a| self.names.user(*a)).collect();
+            frames.extend(k.kernel.iter().rev().map(|a| self.names.kernel(*a)));
+            if reaches_entry(&frames) {
+                o.complete += n;
+            } else {
+                match end {
+                    Truncation::OutOfStack => o.out_of_stack += n,
+                    Truncation::TooDeep => o.too_deep += n,
+                    Truncation::Failed | Truncation::Complete => o.unwind_failed += n,
+                }
+            }
+            *o.stacks.entry((k.tid, frames)).or_default() += n;
+        }
+        o
     }
 }
 

@@ -88,7 +88,8 @@ type IoByStacks = BTreeMap<(String, OpStacks, u32), FileIo>;
 /// A lock site's (waits, wait ns) since the previous poll.
 type SiteDelta = (SiteKey, u64, u64);
 
-/// Kernel pseudo-files (/proc, /sys, /dev) are not data I/O.
+/// Kernel pseudo-files (/proc, /sys, /dev) are not data I/O (the same
+/// list as `is_pseudo_path` in probe.bpf.c, which filters new opens).
 fn is_pseudo_file(path: &str) -> bool {
     ["/proc/", "/sys/", "/dev/"]
         .iter()
@@ -466,10 +467,9 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         for e in events {
             match e.kind {
                 bt::IO_OPEN => {
-                    if is_pseudo_file(&e.path) {
-                        self.bpf.untrack_fd(e.fd as u32);
-                        continue;
-                    }
+                    // Pseudo-files never get here (BPF drops them at the
+                    // open). A session still under this fd lost its close:
+                    // it is replaced, never counted as complete.
                     self.files.insert(
                         e.fd,
                         OpenFile {

@@ -1,27 +1,39 @@
 //! Every test workload: tree, per-op counts over the window, parallelism.
 
+use plumber_collector::proto::PipelineSnapshot;
+
 use crate::harness::*;
 
 /// What a workload's reconstructed pipeline must look like.
-struct Expect {
-    script: &'static str,
-    args: &'static [&'static str],
+pub(crate) struct Expect {
+    pub(crate) script: &'static str,
+    pub(crate) args: &'static [&'static str],
     /// Ops from the top op down through first inputs.
-    chain: &'static [&'static str],
+    pub(crate) chain: &'static [&'static str],
     /// (owner op, op) pairs of datasets built inside functions.
-    functions: &'static [(&'static str, &'static str)],
+    pub(crate) functions: &'static [(&'static str, &'static str)],
     /// (op, ground-truth key): op's elements over the window vs the
     /// workload's own count (`root` = elements the loop consumed, `elems` =
     /// elements before batching).
-    counts: &'static [(&'static str, &'static str)],
+    pub(crate) counts: &'static [(&'static str, &'static str)],
     /// (op, parallelism TensorFlow uses).
-    parallelism: &'static [(&'static str, f64)],
+    pub(crate) parallelism: &'static [(&'static str, f64)],
     /// Recording window. An op's count over a window differs from what the
     /// training loop consumed by the change in the elements buffered
     /// between them; ops under autotuned buffers (an interleave's per-cycle
     /// buffers) need a longer window for that to stay well under 1%.
-    seconds: f64,
+    pub(crate) seconds: f64,
 }
+
+/// Every workload, for tests that go through all of them.
+pub(crate) const ALL: [&Expect; 6] = [
+    &TFRECORD_IMAGE,
+    &INTERLEAVE,
+    &SEQUENTIAL_MAP,
+    &PADDED_BATCH,
+    &PY_FUNCTION,
+    &DEMO,
+];
 
 fn check(e: &Expect) {
     let w = Workload::start(e.script, e.args);
@@ -38,28 +50,7 @@ fn check(e: &Expect) {
             e.script
         );
     }
-    for (op, key) in e.counts {
-        let want = w.counted_in_window(&s, key);
-        let nodes = g.by_op(op);
-        assert!(!nodes.is_empty(), "{}: no {op} node", e.script);
-        let got: i64 = nodes
-            .iter()
-            .map(|n| stat(&s, &n.0).aggregate_elements_produced)
-            .sum();
-        assert_eq!(
-            got,
-            nodes
-                .iter()
-                .map(|n| stat(&s, &n.0).elements_produced)
-                .sum::<i64>()
-        );
-        assert_close(
-            &format!("{} {op} elements", e.script),
-            got as f64,
-            want,
-            0.01,
-        );
-    }
+    assert_counts(e, &w, &s, "");
     for (op, p) in e.parallelism {
         let n = g.by_op(op);
         let st = stat(&s, &n[0].0);
@@ -72,154 +63,194 @@ fn check(e: &Expect) {
     let _ = std::fs::remove_dir_all(out);
 }
 
+/// Each op's elements over the window of `s` against what the workload
+/// counted itself, within 1%. `who` names the mode in messages.
+pub(crate) fn assert_counts(e: &Expect, w: &Workload, s: &PipelineSnapshot, who: &str) {
+    let g = Graph::of(s);
+    for (op, key) in e.counts {
+        let want = w.counted_in_window(s, key);
+        let nodes = g.by_op(op);
+        assert!(!nodes.is_empty(), "{}{who}: no {op} node", e.script);
+        let got: i64 = nodes
+            .iter()
+            .map(|n| stat(s, &n.0).aggregate_elements_produced)
+            .sum();
+        assert_eq!(
+            got,
+            nodes
+                .iter()
+                .map(|n| stat(s, &n.0).elements_produced)
+                .sum::<i64>()
+        );
+        assert_close(
+            &format!("{}{who} {op} elements", e.script),
+            got as f64,
+            want,
+            0.01,
+        );
+    }
+}
+
+pub(crate) const TFRECORD_IMAGE: Expect = Expect {
+    script: "tfrecord_image.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "PrefetchDataset",
+        "BatchDatasetV2",
+        "ParallelMapDatasetV2",
+        "RepeatDataset",
+        "FlatMapDataset",
+        "TensorSliceDataset",
+    ],
+    functions: &[("FlatMapDataset", "TFRecordDataset")],
+    counts: &[
+        ("PrefetchDataset", "root"),
+        ("BatchDatasetV2", "root"),
+        ("ParallelMapDatasetV2", "elems"),
+        ("TFRecordDataset", "elems"),
+    ],
+    parallelism: &[],
+    seconds: 8.0,
+};
+
 #[test]
 fn tfrecord_image() {
-    check(&Expect {
-        script: "tfrecord_image.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "PrefetchDataset",
-            "BatchDatasetV2",
-            "ParallelMapDatasetV2",
-            "RepeatDataset",
-            "FlatMapDataset",
-            "TensorSliceDataset",
-        ],
-        functions: &[("FlatMapDataset", "TFRecordDataset")],
-        counts: &[
-            ("PrefetchDataset", "root"),
-            ("BatchDatasetV2", "root"),
-            ("ParallelMapDatasetV2", "elems"),
-            ("TFRecordDataset", "elems"),
-        ],
-        parallelism: &[],
-        seconds: 8.0,
-    });
+    check(&TFRECORD_IMAGE);
 }
+
+pub(crate) const INTERLEAVE: Expect = Expect {
+    script: "interleave.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "PrefetchDataset",
+        "BatchDatasetV2",
+        "MapDataset",
+        "RepeatDataset",
+        "ParallelInterleaveDatasetV4",
+        "TensorSliceDataset",
+    ],
+    functions: &[
+        ("ParallelInterleaveDatasetV4", "FlatMapDataset"),
+        ("FlatMapDataset", "TFRecordDataset"),
+    ],
+    counts: &[
+        ("PrefetchDataset", "root"),
+        ("BatchDatasetV2", "root"),
+        ("MapDataset", "elems"),
+        ("ParallelInterleaveDatasetV4", "elems"),
+        ("TFRecordDataset", "elems"),
+    ],
+    parallelism: &[("MapDataset", 1.0)],
+    seconds: 15.0,
+};
 
 #[test]
 fn interleave() {
-    check(&Expect {
-        script: "interleave.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "PrefetchDataset",
-            "BatchDatasetV2",
-            "MapDataset",
-            "RepeatDataset",
-            "ParallelInterleaveDatasetV4",
-            "TensorSliceDataset",
-        ],
-        functions: &[
-            ("ParallelInterleaveDatasetV4", "FlatMapDataset"),
-            ("FlatMapDataset", "TFRecordDataset"),
-        ],
-        counts: &[
-            ("PrefetchDataset", "root"),
-            ("BatchDatasetV2", "root"),
-            ("MapDataset", "elems"),
-            ("ParallelInterleaveDatasetV4", "elems"),
-            ("TFRecordDataset", "elems"),
-        ],
-        parallelism: &[("MapDataset", 1.0)],
-        seconds: 15.0,
-    });
+    check(&INTERLEAVE);
 }
+
+pub(crate) const SEQUENTIAL_MAP: Expect = Expect {
+    script: "sequential_map.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "PrefetchDataset",
+        "BatchDatasetV2",
+        "MapDataset",
+        "RepeatDataset",
+        "RangeDataset",
+    ],
+    functions: &[],
+    counts: &[
+        ("PrefetchDataset", "root"),
+        ("BatchDatasetV2", "root"),
+        ("MapDataset", "elems"),
+        ("RangeDataset", "elems"),
+    ],
+    parallelism: &[("MapDataset", 1.0)],
+    seconds: 8.0,
+};
 
 #[test]
 fn sequential_map() {
-    check(&Expect {
-        script: "sequential_map.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "PrefetchDataset",
-            "BatchDatasetV2",
-            "MapDataset",
-            "RepeatDataset",
-            "RangeDataset",
-        ],
-        functions: &[],
-        counts: &[
-            ("PrefetchDataset", "root"),
-            ("BatchDatasetV2", "root"),
-            ("MapDataset", "elems"),
-            ("RangeDataset", "elems"),
-        ],
-        parallelism: &[("MapDataset", 1.0)],
-        seconds: 8.0,
-    });
+    check(&SEQUENTIAL_MAP);
 }
+
+pub(crate) const PADDED_BATCH: Expect = Expect {
+    script: "padded_batch.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "PrefetchDataset",
+        "RepeatDataset",
+        "PaddedBatchDatasetV2",
+        "MapDataset",
+        "RangeDataset",
+    ],
+    functions: &[],
+    counts: &[
+        ("PrefetchDataset", "root"),
+        ("RepeatDataset", "root"),
+        ("PaddedBatchDatasetV2", "root"),
+        ("MapDataset", "elems"),
+        ("RangeDataset", "elems"),
+    ],
+    parallelism: &[],
+    seconds: 8.0,
+};
 
 #[test]
 fn padded_batch_repeat() {
-    check(&Expect {
-        script: "padded_batch.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "PrefetchDataset",
-            "RepeatDataset",
-            "PaddedBatchDatasetV2",
-            "MapDataset",
-            "RangeDataset",
-        ],
-        functions: &[],
-        counts: &[
-            ("PrefetchDataset", "root"),
-            ("RepeatDataset", "root"),
-            ("PaddedBatchDatasetV2", "root"),
-            ("MapDataset", "elems"),
-            ("RangeDataset", "elems"),
-        ],
-        parallelism: &[],
-        seconds: 8.0,
-    });
+    check(&PADDED_BATCH);
 }
+
+pub(crate) const PY_FUNCTION: Expect = Expect {
+    script: "py_function.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "PrefetchDataset",
+        "RepeatDataset",
+        "PrefetchDataset",
+        "BatchDatasetV2",
+        "ParallelMapDatasetV2",
+        "RangeDataset",
+    ],
+    functions: &[],
+    counts: &[
+        ("RepeatDataset", "root"),
+        ("BatchDatasetV2", "root"),
+        ("ParallelMapDatasetV2", "elems"),
+        ("RangeDataset", "elems"),
+    ],
+    // num_parallel_calls=2 in the workload: the value TensorFlow uses.
+    parallelism: &[("ParallelMapDatasetV2", 2.0)],
+    seconds: 8.0,
+};
 
 #[test]
 fn py_function_map() {
-    check(&Expect {
-        script: "py_function.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "PrefetchDataset",
-            "RepeatDataset",
-            "PrefetchDataset",
-            "BatchDatasetV2",
-            "ParallelMapDatasetV2",
-            "RangeDataset",
-        ],
-        functions: &[],
-        counts: &[
-            ("RepeatDataset", "root"),
-            ("BatchDatasetV2", "root"),
-            ("ParallelMapDatasetV2", "elems"),
-            ("RangeDataset", "elems"),
-        ],
-        // num_parallel_calls=2 in the workload: the value TensorFlow uses.
-        parallelism: &[("ParallelMapDatasetV2", 2.0)],
-        seconds: 8.0,
-    });
+    check(&PY_FUNCTION);
 }
+
+pub(crate) const DEMO: Expect = Expect {
+    script: "demo.py",
+    args: &["--seconds", "90"],
+    chain: &[
+        "BatchDatasetV2",
+        "ParallelMapDatasetV2",
+        "RepeatDataset",
+        "FlatMapDataset",
+        "TensorSliceDataset",
+    ],
+    functions: &[("FlatMapDataset", "TFRecordDataset")],
+    counts: &[
+        ("BatchDatasetV2", "root"),
+        ("ParallelMapDatasetV2", "elems"),
+        ("TFRecordDataset", "elems"),
+    ],
+    parallelism: &[("ParallelMapDatasetV2", 1.0)],
+    seconds: 8.0,
+};
 
 #[test]
 fn demo_parallelism_is_what_the_code_says() {
-    check(&Expect {
-        script: "demo.py",
-        args: &["--seconds", "90"],
-        chain: &[
-            "BatchDatasetV2",
-            "ParallelMapDatasetV2",
-            "RepeatDataset",
-            "FlatMapDataset",
-            "TensorSliceDataset",
-        ],
-        functions: &[("FlatMapDataset", "TFRecordDataset")],
-        counts: &[
-            ("BatchDatasetV2", "root"),
-            ("ParallelMapDatasetV2", "elems"),
-            ("TFRecordDataset", "elems"),
-        ],
-        parallelism: &[("ParallelMapDatasetV2", 1.0)],
-        seconds: 8.0,
-    });
+    check(&DEMO);
 }

@@ -329,3 +329,118 @@ fn run_measures_gil_wait() {
     assert!(gil >= 0.8 * all, "map {gil} of {all} ns GIL wait on ops");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every test workload under `plumber-probe run` as the unprivileged user,
+/// with `--pid` (root) attached to the same process for a stretch inside
+/// the shim's recording: both modes' counts against the workload's own,
+/// each op's CPU per element against `--pid` mode's over the same stretch
+/// of the same process (separate runs differ by more than 10% from process
+/// to process on this shared VM), and every complete file read exact.
+#[test]
+fn run_agrees_with_pid_mode_on_every_workload() {
+    for e in crate::pipelines::ALL {
+        agrees_with_pid_mode(e);
+    }
+}
+
+/// Ops below this share of the op CPU (a Prefetch or a Range at a few µs
+/// an element) are compared by share only: their per-element figure moves
+/// with where the thread boundaries fall, not with the method.
+const CPU_SHARE_FOR_RATE: f64 = 0.05;
+
+fn agrees_with_pid_mode(e: &crate::pipelines::Expect) {
+    let stem = e.script.trim_end_matches(".py");
+    let dir = shared_dir(&format!("shim-vs-pid-{stem}"));
+    let (out_run, out_pid) = (dir.join("run"), dir.join("pid"));
+    // The shim records from discovery (just before READY) for the --pid
+    // window plus slack for the probe's start-up; the workload runs on a
+    // little longer so that the recording ends by its duration.
+    let run_secs = e.seconds + 3.0;
+    let args: Vec<String> = vec!["--seconds".into(), (run_secs + 3.0).to_string()];
+    build_shim();
+    let mut wrapper = unprivileged();
+    wrapper.extend([
+        "env".into(),
+        format!("HOME={}", dir.display()),
+        format!("PLUMBER_PROBE_CACHE={}", dir.join("cache").display()),
+        probe_bin().display().to_string(),
+        "run".into(),
+        "-q".into(),
+        "--duration".into(),
+        run_secs.to_string(),
+        "-o".into(),
+        out_run.display().to_string(),
+        "--".into(),
+    ]);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut w = Workload::start_in(&wrapper, &python(), e.script, &args);
+    let pid_snap = record(&w, e.seconds, &out_pid, &[]);
+    let status = w.child.wait().expect("wait for plumber-probe run");
+    assert!(
+        status.success(),
+        "{}: plumber-probe run: {status}",
+        e.script
+    );
+    let run_snap = read_snapshot(&out_run.join("stats.pb"));
+    let info = run_snap.probe_info.as_ref().expect("probe_info");
+    assert!(
+        !info.partial,
+        "{}: the shim's recording is partial",
+        e.script
+    );
+    assert_eq!(
+        Graph::of(&run_snap).chain(),
+        e.chain,
+        "{}: op chain under the shim",
+        e.script
+    );
+    crate::pipelines::assert_counts(e, &w, &pid_snap, " (--pid)");
+    crate::pipelines::assert_counts(e, &w, &run_snap, " (run)");
+
+    let (rp, rr) = (report(&out_pid), report(&out_run));
+    let total = |r: &serde_json::Value| -> f64 { nodes(r).iter().map(|n| num(n, "cpu_ns")).sum() };
+    let (tp, tr) = (total(&rp), total(&rr));
+    assert!(tp > 0.0 && tr > 0.0, "{}: no op CPU ({tp}, {tr})", e.script);
+    for np in nodes(&rp) {
+        let path = np["path"].as_str().unwrap_or("");
+        let nr = nodes(&rr)
+            .iter()
+            .find(|n| n["path"].as_str() == Some(path))
+            .unwrap_or_else(|| panic!("{}: {path} not in the shim's report", e.script));
+        let per_el =
+            |n: &serde_json::Value| num(n, "cpu_ns") / num(n, "elements_produced").max(1.0);
+        let (share_p, share_r) = (num(np, "cpu_ns") / tp, num(nr, "cpu_ns") / tr);
+        let (ep, er) = (per_el(np), per_el(nr));
+        eprintln!(
+            "{stem}: {path}: --pid {:.1} µs/el ({:.1}%), run {:.1} µs/el ({:.1}%)",
+            ep / 1e3,
+            100.0 * share_p,
+            er / 1e3,
+            100.0 * share_r
+        );
+        if share_p >= CPU_SHARE_FOR_RATE {
+            let what = format!("{stem} {path} CPU ns per element, run vs --pid");
+            assert_close(&what, er, ep, 0.10);
+        } else {
+            assert!(
+                share_r < 2.0 * CPU_SHARE_FOR_RATE,
+                "{stem} {path}: {:.1}% of op CPU under the shim, {:.1}% with --pid",
+                100.0 * share_r,
+                100.0 * share_p
+            );
+        }
+    }
+    for (who, s) in [("--pid", &pid_snap), ("run", &run_snap)] {
+        for f in &s.probe_files {
+            let real = std::fs::metadata(&f.path).expect("input file").len() as i64;
+            assert_eq!(
+                f.complete_bytes,
+                f.complete_sessions * real,
+                "{stem} ({who}): {}",
+                f.path
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

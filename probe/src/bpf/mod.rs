@@ -328,12 +328,6 @@ impl<'obj> Bpf<'obj> {
             .map_err(|e| BpfError::Map("fds", e))
     }
 
-    /// Stops following a file descriptor (a pseudo-file).
-    pub fn untrack_fd(&self, fd: u32) {
-        // Already closed is fine.
-        let _ = self.skel.maps.fds.delete(&fd.to_ne_bytes());
-    }
-
     fn read_map<T>(
         &self,
         name: &'static str,
