@@ -2,6 +2,7 @@
 
 import bisect
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -168,3 +169,23 @@ class Sampler:
         if len(s) < 2 or s[-1][0] == s[0][0]:
             return None
         return (s[-1][idx] - s[0][idx]) / CLK_TCK / ((s[-1][0] - s[0][0]) / 1e9)
+
+
+def ratio_line(what, windows, key, pairs):
+    """`what: mean(ON)/mean(OFF) (pairs: ...; spread)` for one figure of
+    windows tagged kind ON/OFF and pair k, or None without both kinds."""
+    on = [w[key] for w in windows if w["kind"] == "ON" and key in w]
+    off = [w[key] for w in windows if w["kind"] == "OFF" and key in w]
+    if not on or not off:
+        return None
+    per = []
+    for k in range(pairs):
+        ws = {w["kind"]: w for w in windows if w["pair"] == k}
+        if key in ws.get("ON", {}) and key in ws.get("OFF", {}):
+            per.append(ws["ON"][key] / ws["OFF"][key])
+    spread = ""
+    if len(per) >= 2:
+        spread = (f"; pair min {min(per):.3f} max {max(per):.3f} "
+                  f"median {statistics.median(per):.3f} sd {statistics.stdev(per):.3f}")
+    return (f"{what}: {statistics.mean(on) / statistics.mean(off):.3f} "
+            f"(pairs: {' '.join(f'{r:.3f}' for r in per)}{spread})")

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, Sampler, Workload, check_setup, die  # noqa: E402
+from common import REPO, Sampler, Workload, check_setup, die, ratio_line  # noqa: E402
 
 
 def one_run(args, kind, i, work):
@@ -72,24 +72,6 @@ def one_run(args, kind, i, work):
         return w
     finally:
         wl.stop()
-
-
-def ratio_line(what, windows, key, pairs):
-    on = [w[key] for w in windows if w["kind"] == "ON" and key in w]
-    off = [w[key] for w in windows if w["kind"] == "OFF" and key in w]
-    if not on or not off:
-        return None
-    per = []
-    for k in range(pairs):
-        ws = {w["kind"]: w for w in windows if w["pair"] == k}
-        if key in ws.get("ON", {}) and key in ws.get("OFF", {}):
-            per.append(ws["ON"][key] / ws["OFF"][key])
-    spread = ""
-    if len(per) >= 2:
-        spread = (f"; pair min {min(per):.3f} max {max(per):.3f} "
-                  f"median {statistics.median(per):.3f} sd {statistics.stdev(per):.3f}")
-    return (f"{what}: {statistics.mean(on) / statistics.mean(off):.3f} "
-            f"(pairs: {' '.join(f'{r:.3f}' for r in per)}{spread})")
 
 
 def main():
