@@ -431,7 +431,13 @@ fn agrees_with_pid_mode(e: &crate::pipelines::Expect) {
             );
         }
     }
+    let reads_files = e.functions.iter().any(|(_, op)| *op == "TFRecordDataset");
     for (who, s) in [("--pid", &pid_snap), ("run", &run_snap)] {
+        let whole: i64 = s.probe_files.iter().map(|f| f.complete_sessions).sum();
+        assert!(
+            !reads_files || whole > 0,
+            "{stem} ({who}): no file read from open to close"
+        );
         for f in &s.probe_files {
             let real = std::fs::metadata(&f.path).expect("input file").len() as i64;
             assert_eq!(

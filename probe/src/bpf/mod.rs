@@ -6,7 +6,6 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
@@ -509,6 +508,8 @@ pub(crate) fn own_pid_namespace() -> (u64, u64) {
 
 /// Drains a ring buffer without blocking.
 pub fn drain(rb: &RingBuffer<'_>) {
-    // consume() errors only when a callback returns an error; ours do not.
-    let _ = rb.poll(Duration::ZERO);
+    // consume(), not poll(0): the file events come without wakeups
+    // (BPF_RB_NO_WAKEUP), so epoll would not report them. consume()
+    // errors only when a callback returns an error; ours do not.
+    let _ = rb.consume();
 }
