@@ -227,6 +227,42 @@ pub fn fill_parallelism(
     }
 }
 
+/// The pipeline the job waits on among the discovered iterators
+/// ((iterator address, GetNext calls)): several pipelines can run in one
+/// process (training and validation), and the one whose root saw the most
+/// calls is the busiest. Records each iterator with a valid model node in
+/// `iter_of` (node -> iterator). Returns that root (None when no iterator
+/// has a model node: autotune is off), the number of pipelines seen, and
+/// the iterators whose node failed validation.
+pub fn busiest_root(
+    mem: &Memory,
+    reader: &ModelReader,
+    il: &crate::layout::IteratorLayout,
+    iters: Vec<(u64, u64)>,
+    iter_of: &mut std::collections::HashMap<u64, u64>,
+) -> (Option<u64>, usize, u64) {
+    let mut calls: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut invalid = 0;
+    for (it, hits) in iters {
+        let Ok(node) = mem.u64(it + il.node as u64) else {
+            continue;
+        };
+        if reader.node(node).is_err() {
+            invalid += 1;
+            continue;
+        }
+        iter_of.insert(node, it);
+        if let Ok(r) = reader.root_of(node) {
+            *calls.entry(r).or_default() += hits;
+        }
+    }
+    let busiest = calls
+        .iter()
+        .max_by_key(|(r, c)| (**c, **r))
+        .map(|(r, _)| *r);
+    (busiest, calls.len(), invalid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -541,29 +541,20 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                     }
                     Err(e) => return Err(e),
                 };
-                // GetNext calls per pipeline root: several pipelines can
-                // run in one process (training and validation); the one
-                // called most is the one the job waits on.
-                let mut calls: HashMap<u64, u64> = HashMap::new();
-                for (it, hits) in iters {
-                    let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else {
-                        continue;
-                    };
-                    if reader.node(node).is_err() {
-                        invalid_nodes += 1;
-                        continue;
-                    }
-                    iter_of.insert(node, it);
-                    if let Ok(r) = reader.root_of(node) {
-                        *calls.entry(r).or_default() += hits;
-                    }
-                }
-                let Some((&busiest, _)) = calls.iter().max_by_key(|(r, c)| (**c, **r)) else {
+                let (busiest, pipelines, invalid) = crate::model::busiest_root(
+                    &self.mem,
+                    &reader,
+                    &iter_layout,
+                    iters,
+                    &mut iter_of,
+                );
+                invalid_nodes += invalid;
+                let Some(busiest) = busiest else {
                     return Err(NoModel.into());
                 };
-                if calls.len() > 1 {
+                if pipelines > 1 {
                     info!(
-                        pipelines = calls.len(),
+                        pipelines,
                         "several pipelines run in the target; recording the busiest"
                     );
                 }

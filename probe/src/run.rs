@@ -488,22 +488,15 @@ impl Ctx<'_> {
                         Stop::TargetExited
                     };
                 };
-                // The pipeline called most is the one the job waits on.
-                let mut calls: HashMap<u64, u64> = HashMap::new();
-                for (it, hits) in iters {
-                    let Ok(node) = self.mem.u64(it + iter_layout.node as u64) else {
-                        continue;
-                    };
-                    if reader.node(node).is_err() {
-                        invalid_nodes += 1;
-                        continue;
-                    }
-                    iter_of.insert(node, it);
-                    if let Ok(r) = reader.root_of(node) {
-                        *calls.entry(r).or_default() += hits;
-                    }
-                }
-                let Some((&busiest, _)) = calls.iter().max_by_key(|(r, c)| (**c, **r)) else {
+                let (busiest, _, invalid) = crate::model::busiest_root(
+                    &self.mem,
+                    &reader,
+                    &iter_layout,
+                    iters,
+                    &mut iter_of,
+                );
+                invalid_nodes += invalid;
+                let Some(busiest) = busiest else {
                     // Iterators without model nodes: autotune is off.
                     no_model_rounds += 1;
                     if no_model_rounds == 3 {
@@ -801,15 +794,7 @@ impl Ctx<'_> {
         }
         let mut out: HashMap<(u32, u64, String), AttributionSample> = attr.carried.clone();
         for (_, s) in attr.rows.values() {
-            let e = out
-                .entry((s.tid, s.node, s.op_path.clone()))
-                .or_insert_with(|| AttributionSample {
-                    tid: s.tid,
-                    node: s.node,
-                    op_path: s.op_path.clone(),
-                    ..Default::default()
-                });
-            add_sample(e, s);
+            add_sample(&mut out, s);
         }
         let mut v: Vec<AttributionSample> = out.into_values().collect();
         v.sort_by(|a, b| (a.tid, a.node, &a.op_path).cmp(&(b.tid, b.node, &b.op_path)));
@@ -859,20 +844,20 @@ struct AttrRows {
 
 impl AttrRows {
     fn carry(&mut self, s: AttributionSample) {
-        let e = self
-            .carried
-            .entry((s.tid, s.node, s.op_path.clone()))
-            .or_insert_with(|| AttributionSample {
-                tid: s.tid,
-                node: s.node,
-                op_path: s.op_path.clone(),
-                ..Default::default()
-            });
-        add_sample(e, &s);
+        add_sample(&mut self.carried, &s);
     }
 }
 
-fn add_sample(into: &mut AttributionSample, s: &AttributionSample) {
+/// Adds `s` to the total of its (thread, node, op) in `totals`.
+fn add_sample(totals: &mut HashMap<(u32, u64, String), AttributionSample>, s: &AttributionSample) {
+    let into = totals
+        .entry((s.tid, s.node, s.op_path.clone()))
+        .or_insert_with(|| AttributionSample {
+            tid: s.tid,
+            node: s.node,
+            op_path: s.op_path.clone(),
+            ..Default::default()
+        });
     into.cpu_ns += s.cpu_ns;
     into.stops += s.stops;
     into.io_bytes += s.io_bytes;

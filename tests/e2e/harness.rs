@@ -333,3 +333,25 @@ pub fn assert_close(what: &str, got: f64, want: f64, tol: f64) {
         tol * 100.0
     );
 }
+
+/// Every file of `s` read from its open to its close inside the window
+/// gave exactly its size, each time; returns how many such reads there
+/// were. `who` names the recording in messages.
+pub fn assert_whole_reads_exact(s: &PipelineSnapshot, who: &str) -> i64 {
+    let mut whole = 0;
+    for f in &s.probe_files {
+        let real = std::fs::metadata(&f.path).expect("input file").len() as i64;
+        eprintln!(
+            "{who}: {}: {} complete reads, {} bytes",
+            f.path, f.complete_sessions, f.complete_bytes
+        );
+        assert_eq!(
+            f.complete_bytes,
+            f.complete_sessions * real,
+            "{who}: {}",
+            f.path
+        );
+        whole += f.complete_sessions;
+    }
+    whole
+}

@@ -194,16 +194,7 @@ fn run_unprivileged_counts_match_ground_truth() {
     assert!(files.iter().all(|f| f["op_path"]
         .as_str()
         .is_some_and(|p| p.ends_with("::TFRecord"))));
-    let mut whole = 0;
-    for f in &s.probe_files {
-        let real = std::fs::metadata(&f.path).expect("shard").len() as i64;
-        eprintln!(
-            "shim: {}: {} complete reads, {} bytes",
-            f.path, f.complete_sessions, f.complete_bytes
-        );
-        assert_eq!(f.complete_bytes, f.complete_sessions * real, "{}", f.path);
-        whole += f.complete_sessions;
-    }
+    let whole = assert_whole_reads_exact(&s, "shim");
     assert!(whole >= 4, "{whole} complete reads of a shard");
     assert!(num(tfrecord, "files_opened") >= 4.0);
 
@@ -435,20 +426,11 @@ fn agrees_with_pid_mode(e: &crate::pipelines::Expect) {
     }
     let reads_files = e.functions.iter().any(|(_, op)| *op == "TFRecordDataset");
     for (who, s) in [("--pid", &pid_snap), ("run", &run_snap)] {
-        let whole: i64 = s.probe_files.iter().map(|f| f.complete_sessions).sum();
+        let whole = assert_whole_reads_exact(s, &format!("{stem} ({who})"));
         assert!(
             !reads_files || whole > 0,
             "{stem} ({who}): no file read from open to close"
         );
-        for f in &s.probe_files {
-            let real = std::fs::metadata(&f.path).expect("input file").len() as i64;
-            assert_eq!(
-                f.complete_bytes,
-                f.complete_sessions * real,
-                "{stem} ({who}): {}",
-                f.path
-            );
-        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

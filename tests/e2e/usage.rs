@@ -120,16 +120,7 @@ fn image_pipeline_cpu_and_file_io() {
     // Each shard read from open to close inside the window (several epochs
     // a second here) gave exactly its size: an epoch reads the data set's
     // bytes, no more, no less.
-    let mut whole = 0;
-    for f in &s.probe_files {
-        let real = std::fs::metadata(&f.path).expect("shard").len() as i64;
-        eprintln!(
-            "{}: {} complete reads, {} bytes",
-            f.path, f.complete_sessions, f.complete_bytes
-        );
-        assert_eq!(f.complete_bytes, f.complete_sessions * real, "{}", f.path);
-        whole += f.complete_sessions;
-    }
+    let whole = assert_whole_reads_exact(&s, "--pid");
     assert!(whole >= 4, "{whole} complete reads of a shard");
     assert!(num(tfrecord, "files_opened") >= 4.0);
 
