@@ -4,6 +4,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# A fresh checkout builds once: incremental caches only cost disk there.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 bash scripts/setup.sh
 echo "[test] python self-tests"
