@@ -37,11 +37,44 @@ pub fn require_root() {
     );
 }
 
-pub fn tempdir(tag: &str) -> PathBuf {
+/// A test's scratch directory: removed when the test passes, kept (and its
+/// path printed) when it fails, so the outputs can be looked at.
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("outputs kept in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn tempdir(tag: &str) -> TestDir {
     let d = std::env::temp_dir().join(format!("plumber-e2e-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    TestDir(d)
 }
 
 /// A running workload; killed when dropped.
@@ -49,6 +82,7 @@ pub struct Workload {
     pub child: Child,
     pub pid: i32,
     pub lines: Arc<Mutex<Vec<String>>>,
+    err_path: PathBuf,
 }
 
 impl Workload {
@@ -94,7 +128,12 @@ impl Workload {
                 sink.lock().expect("lock").push(l);
             }
         });
-        let mut w = Workload { child, pid, lines };
+        let mut w = Workload {
+            child,
+            pid,
+            lines,
+            err_path: err_path.clone(),
+        };
         let t0 = Instant::now();
         while !w.snapshot_lines().iter().any(|l| l.starts_with("READY")) {
             if let Ok(Some(status)) = w.child.try_wait() {
@@ -171,6 +210,9 @@ impl Drop for Workload {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.err_path);
+        }
     }
 }
 

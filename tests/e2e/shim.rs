@@ -3,7 +3,7 @@
 //! what the workloads count and compute themselves.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Once;
 
@@ -71,7 +71,7 @@ fn unprivileged() -> Vec<String> {
 }
 
 /// A directory the unprivileged user can write.
-fn shared_dir(tag: &str) -> PathBuf {
+fn shared_dir(tag: &str) -> TestDir {
     let d = tempdir(tag);
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     d
