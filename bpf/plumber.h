@@ -122,7 +122,7 @@ struct pp_thread {
 	__u32 block_gen;	/* attribution window the block began in */
 	__u64 wait_sp;		/* stack pointer at the outermost slow-path entry */
 	__u32 slow_paths;	/* outermost slow-path entries: stack sampling */
-	__u32 _pad2;
+	__u32 wait_gen;		/* wait-probe attachment of the outermost entry */
 };
 
 /* Call-site stacks of blocks are taken for one block in PP_BLOCK_SAMPLE,

@@ -277,6 +277,21 @@ int getnext_exit(struct pt_regs *ctx)
 
 /* Bumped by user space at the start of each attribution window. */
 volatile __u32 attr_gen = 0;
+/* Generation of the lock and GIL probes' attachment, set by user space:
+ * even once all are attached, odd while they are being attached or
+ * detached (entry and return probes come and go one after the other, an
+ * RCU grace period apart for a detach, so entries without returns and
+ * returns without entries are expected then).
+ * A slow path entered under an earlier attachment may have returned while
+ * they were detached. */
+volatile __u32 wait_gen = 0;
+#define WAITS_SETTLING(gen) ((gen) & 1)
+/* Set by user space while lock, condition and GIL waits count in the
+ * totals and call sites (the wait part of a window, or always when
+ * attribution is continuous). Outside it the probes only mark the thread
+ * as being in a slow path (its blocks are not condition waits) and feed
+ * the attribution window's per-node split. */
+volatile __u32 count_waits = 0;
 /* The target's tgid as the kernel sees it, learned from its own threads
  * (target_tgid is in our PID namespace, task->tgid is global). */
 volatile __u32 target_host_tgid = 0;
@@ -366,6 +381,13 @@ static __always_inline struct pp_thread *current_state(void)
 #define TASK_DEAD_STATE 0x80
 
 static __always_inline __s64 user_stack(void *ctx);
+
+/* In a timed slow path entered under the current attachment of the wait
+ * probes (an older entry's return may have gone unseen). */
+static __always_inline bool in_slow_path(const struct pp_thread *st)
+{
+	return st->wait_depth > 0 && st->wait_gen == wait_gen;
+}
 static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 ns, __s64 stack);
 static __always_inline bool is_read_nr(long nr);
 
@@ -397,7 +419,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			st->on_since = 0;
 			if (prev_state & TASK_DEAD_STATE) {
 				st->flags |= PP_THREAD_EXITED;
-			} else if (!preempt && prev_state != 0 && st->wait_depth == 0 &&
+			} else if (!preempt && prev_state != 0 && !in_slow_path(st) &&
 				   !(st->sys_start && is_read_nr(st->sys_nr))) {
 				/* Blocking outside the timed slow paths and file
 				 * reads: a condition wait, an idle pool, a sleep. */
@@ -494,10 +516,13 @@ static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64
 {
 	if (kind >= PP_WAIT__COUNT)
 		return;
-	st->waits.ns[kind] += ns;
-	st->waits.n[kind] += 1;
 	st->seg.ns[kind] += ns;
 	st->seg.n[kind] += 1;
+	bool slow_path = kind == PP_WAIT_LOCK || kind == PP_WAIT_COND || kind == PP_WAIT_GIL;
+	if (slow_path && !count_waits)
+		return;
+	st->waits.ns[kind] += ns;
+	st->waits.n[kind] += 1;
 	if (kind == PP_WAIT_IO || stack == PP_STACK_UNSAMPLED)
 		return;
 	struct pp_site_key key = { .ns_tid = st->ns_tid, .kind = kind, .stack_id = stack };
@@ -523,21 +548,31 @@ static __always_inline int wait_enter(void *ctx, __u32 kind)
 	if (!st)
 		return 0;
 	__u64 sp = PT_REGS_SP((struct pt_regs *)ctx);
-	/* A nested entry runs deeper on the stack (lower sp). One at or above
-	 * the outermost entry's sp means that entry's return was never seen
-	 * (the kernel could not set up its return probe): start over rather
-	 * than leave the thread's accounting stuck. */
-	if (st->wait_depth > 0 && sp >= st->wait_sp) {
-		count_drop(PP_DROP_WAIT_UNMATCHED_ENTRY);
+	__u32 gen = wait_gen;
+	if (st->wait_depth > 0 && st->wait_gen != gen) {
+		/* Entered while the probes were attached before; they were
+		 * detached before its return. Not a loss: the windows are
+		 * scaled by the time they covered. */
+		st->wait_depth = 0;
+	} else if (st->wait_depth > 0 && sp >= st->wait_sp) {
+		/* A nested entry runs deeper on the stack (lower sp). One at
+		 * or above the outermost entry's sp means that entry's return
+		 * was never seen (the kernel could not set up its return
+		 * probe): start over rather than leave the thread stuck. */
+		if (!WAITS_SETTLING(gen))
+			count_drop(PP_DROP_WAIT_UNMATCHED_ENTRY);
 		st->wait_depth = 0;
 	}
 	/* Only the outermost slow path counts (nested: re-locking inside). */
 	if (st->wait_depth++ == 0) {
+		st->wait_gen = gen;
 		st->wait_sp = sp;
 		st->wait_start = bpf_ktime_get_ns();
 		st->wait_kind = kind;
-		st->wait_stack = (st->slow_paths++ % PP_WAIT_SAMPLE) == 0 ? user_stack(ctx) :
-									     PP_STACK_UNSAMPLED;
+		/* Sites are only needed where waits count. */
+		st->wait_stack = count_waits && (st->slow_paths++ % PP_WAIT_SAMPLE) == 0 ?
+					 user_stack(ctx) :
+					 PP_STACK_UNSAMPLED;
 	}
 	return 0;
 }
@@ -547,9 +582,14 @@ static __always_inline int wait_exit(void)
 	struct pp_thread *st = current_state();
 	if (!st)
 		return 0;
-	if (st->wait_depth == 0) {
-		/* Entered before the probe was attached. */
-		count_drop(PP_DROP_WAIT_UNMATCHED_RETURN);
+	if (st->wait_depth == 0 || st->wait_gen != wait_gen) {
+		/* The first return of a thread in an attachment belongs to an
+		 * entry before it: expected, every window. A second one means
+		 * an entry went unseen. */
+		if (st->wait_gen == wait_gen && !WAITS_SETTLING(wait_gen))
+			count_drop(PP_DROP_WAIT_UNMATCHED_RETURN);
+		st->wait_gen = wait_gen;
+		st->wait_depth = 0;
 		return 0;
 	}
 	if (--st->wait_depth == 0 && st->wait_start) {

@@ -710,9 +710,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
 
     fn sleep_interval(&self, window_start: Option<Instant>, mut usage: Option<&mut Usage<'_, '_>>) {
         sleep_interval(self.opts.interval, self.opts.duration, window_start, || {
-            if let Some(u) = usage.as_deref_mut() {
-                u.tick();
-            }
+            usage.as_deref_mut().and_then(|u| u.tick())
         });
     }
 
@@ -873,23 +871,39 @@ pub fn default_output(pid: i32) -> PathBuf {
     PathBuf::from(format!("plumber-{pid}"))
 }
 
-/// Sleeps until the next poll, in small steps so that Ctrl-C and the end of
-/// the duration are honoured promptly and the last poll lands on the
-/// deadline; `tick` runs at every step (attribution windows).
+/// Sleeps until the next poll. `tick` runs before each sleep and says how
+/// soon it wants to run again (attribution windows open and close between
+/// polls); the sleep also ends at the end of the duration, so the last poll
+/// lands on the deadline, and at least every `STOP_CHECK` for Ctrl-C. No
+/// fixed short steps: every wakeup of ours preempts a thread of the target
+/// on a busy machine.
 pub(crate) fn sleep_interval(
     interval: Duration,
     duration: Option<Duration>,
     window_start: Option<Instant>,
-    mut tick: impl FnMut(),
+    mut tick: impl FnMut() -> Option<Duration>,
 ) {
+    const STOP_CHECK: Duration = Duration::from_millis(100);
     let until = Instant::now() + interval;
-    while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
-        tick();
-        if let (Some(d), Some(s)) = (duration, window_start) {
-            if s.elapsed() >= d {
-                return;
-            }
+    while !STOP.load(Ordering::SeqCst) {
+        let next_tick = tick();
+        let left = match (duration, window_start) {
+            (Some(d), Some(s)) => Some(d.saturating_sub(s.elapsed())),
+            _ => None,
+        };
+        if left == Some(Duration::ZERO) {
+            return;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        let to_poll = until.saturating_duration_since(Instant::now());
+        if to_poll.is_zero() {
+            return;
+        }
+        let step = [Some(to_poll), next_tick, left, Some(STOP_CHECK)]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(STOP_CHECK)
+            .max(Duration::from_millis(1));
+        std::thread::sleep(step);
     }
 }

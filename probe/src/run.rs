@@ -571,7 +571,9 @@ impl Ctx<'_> {
             if let Some(stop) = stopping {
                 break stop;
             }
-            record::sleep_interval(self.opts.interval, self.opts.duration, window_start, || {});
+            record::sleep_interval(self.opts.interval, self.opts.duration, window_start, || {
+                None
+            });
         };
         progress.done();
         if window_start.is_none() {

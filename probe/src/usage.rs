@@ -10,6 +10,17 @@
 //! thread's on-CPU time, waits and reads between two calls to the node of
 //! the second call. The collector uses those per-thread splits as ratios
 //! over the thread's whole CPU time, which the kernel counts at no cost.
+//!
+//! Lock, condition and GIL slow paths are timed by uprobes on their entry
+//! and return (absl's `Mutex::LockSlow`, CPython's `take_gil`). The return
+//! probe runs with the lock just taken, so each contended acquisition holds
+//! it a microsecond longer; thousands a second showed in the throughput.
+//! So they too are attached in windows only: during the attribution part
+//! of a window (for the per-node split, and so that blocks inside them are
+//! not taken for condition waits) and for `WAIT_WINDOW` after it, the only
+//! time their waits count. The record_stop probes are gone by then: they
+//! slow the pipeline and would raise the very contention being measured.
+//! Totals are scaled by the share of time observed.
 //! File reads are tied to ops by the user stack at the read (the innermost
 //! `GetNextInternal` frame), which is cheap because reads are rare.
 
@@ -44,6 +55,22 @@ use crate::threads::{self, NameRegistry};
 /// were measured to cost the target about 3% of its throughput.
 const WINDOW: Duration = Duration::from_millis(250);
 const PERIOD: Duration = Duration::from_millis(5000);
+/// How long lock, condition and GIL waits are counted after each
+/// attribution window.
+const WAIT_WINDOW: Duration = Duration::from_millis(500);
+
+/// The part of a window that is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// record_stop and sched_switch attached (and the wait probes, not
+    /// counting).
+    Attribution,
+    /// Only the wait probes, counting.
+    Waits,
+}
+
+/// A lock or GIL slow path to probe.
+type WaitPoint = (WaitProbe, ProbePoint, &'static str);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attribution {
@@ -113,6 +140,13 @@ pub struct Usage<'a, 'obj> {
     mode: Attribution,
     /// The open window's links (record_stop, sched_switch) and start.
     window: Option<(Vec<Link>, Instant)>,
+    phase: Phase,
+    /// Lock and GIL slow paths, and their (entry, return) links while
+    /// attached.
+    wait_points: Vec<WaitPoint>,
+    wait_links: Vec<(Link, Link)>,
+    /// Time wait phases have been open before the current one.
+    waits_closed: Duration,
     /// When the recording started (its first poll), and how long windows
     /// have been open before the current one: blocks are timed in the
     /// windows only and scaled by the share of time observed. Windows wait
@@ -170,42 +204,22 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if !skip("syscalls") {
             links.extend(attach_file_io(bpf, target)?);
         }
-        // Lock and GIL slow paths stay attached. Tried in the windows only:
-        // contention.py's lock wait then read 35% above the continuous
-        // measurement (condition waits agreed within 3%); always attached,
-        // at ~2.5 us a wait (entry and return, both emulated instructions,
-        // see xol.rs) they cost a few tenths of a % of the target's CPU.
-        let mut attach_failures = 0u64;
-        let mut waits: Vec<(WaitProbe, ProbePoint, &str)> = Vec::new();
+        let mut wait_points: Vec<WaitPoint> = Vec::new();
         if let Some(p) = &derived.mutex_slow {
-            waits.push((WaitProbe::Mutex, p.clone(), "absl::Mutex::LockSlow"));
+            wait_points.push((WaitProbe::Mutex, p.clone(), "absl::Mutex::LockSlow"));
         }
         match attach::gil_probe(target) {
-            Some((p, name)) => waits.push((WaitProbe::Gil, p, name)),
+            Some((p, name)) => wait_points.push((WaitProbe::Gil, p, name)),
             None => {
                 warn!("no CPython GIL function found in the target: GIL waits are not measured")
             }
         }
-        for (kind, p, name) in waits {
-            let short = match kind {
+        wait_points.retain(|(kind, _, _)| {
+            !skip(match kind {
                 WaitProbe::Mutex => "mutex",
                 WaitProbe::Gil => "gil",
-            };
-            if skip(short) {
-                continue;
-            }
-            match bpf.attach_wait(kind, &p.lib, p.file_offset) {
-                Ok((a, b)) => {
-                    debug!(probe = name, "attached");
-                    links.push(a);
-                    links.push(b);
-                }
-                Err(e) => {
-                    warn!("{name} not probed: {e}");
-                    attach_failures += 1;
-                }
-            }
-        }
+            })
+        });
         if derived.record_stop.is_none() {
             warn!("model::Node::record_stop not found: CPU cannot be attributed to ops");
         }
@@ -228,6 +242,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             record_stop,
             mode,
             window: None,
+            phase: Phase::Attribution,
+            wait_points,
+            wait_links: Vec::new(),
+            waits_closed: Duration::ZERO,
             started: None,
             windows_closed: Duration::ZERO,
             no_switch: skip("sched_switch"),
@@ -248,11 +266,13 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             symbolizer: Symbolizer::new(),
             stacks: HashMap::new(),
             sites_prev: HashMap::new(),
-            attach_failures,
+            attach_failures: 0,
             thread_op_cpu: HashMap::new(),
         };
         u.track_open_files();
         if mode == Attribution::Continuous {
+            u.attach_waits();
+            u.count_waits(true);
             u.open_window();
         }
         Ok(u)
@@ -301,6 +321,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             warn!("attribution window not started: {e}");
             return;
         }
+        // Before sched_switch: a block inside a slow path is not a
+        // condition wait, and only these probes can tell.
+        if self.mode == Attribution::Sampled {
+            self.attach_waits();
+        }
         let mut links = Vec::new();
         if !self.no_switch {
             match self.bpf.attach_switch() {
@@ -324,16 +349,108 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             }
         }
         self.window = Some((links, Instant::now()));
+        self.phase = Phase::Attribution;
     }
 
-    /// Closes the open window (detaching its probes).
-    fn close_window(&mut self) {
-        if let Some((links, since)) = self.window.take() {
-            // Measured before detaching: each uprobe detach waits for an
-            // RCU grace period (tens of ms), and the probes go one by one.
-            self.windows_closed += since.elapsed();
-            drop(links);
+    /// Attaches the lock and GIL probes (a probe that fails is reported
+    /// once and left out from then on).
+    fn attach_waits(&mut self) {
+        if self.wait_points.is_empty() {
+            return;
         }
+        if let Err(e) = self.bpf.settle_waits() {
+            warn!("lock and GIL waits not measured: {e}");
+            self.wait_points.clear();
+            return;
+        }
+        let mut failed = Vec::new();
+        for (i, (kind, p, name)) in self.wait_points.iter().enumerate() {
+            match self.bpf.attach_wait(*kind, &p.lib, p.file_offset) {
+                Ok(pair) => {
+                    debug!(probe = name, "attached");
+                    self.wait_links.push(pair);
+                }
+                Err(e) => {
+                    warn!("{name} not probed: {e}");
+                    self.attach_failures += 1;
+                    failed.push(i);
+                }
+            }
+        }
+        for i in failed.into_iter().rev() {
+            self.wait_points.remove(i);
+        }
+        if let Err(e) = self.bpf.waits_attached() {
+            warn!("lock and GIL probes: {e}");
+        }
+    }
+
+    /// Detaches the lock and GIL probes. Probes attach and detach one by
+    /// one, each detach waiting for an RCU grace period, so meanwhile
+    /// entries are seen without their returns or the reverse: the BPF side
+    /// is told first not to count those as lost (and forgets them at the
+    /// next attach); `attach_waits` does the same.
+    fn detach_waits(&mut self) {
+        if self.wait_links.is_empty() {
+            return;
+        }
+        if let Err(e) = self.bpf.settle_waits() {
+            warn!("lock and GIL probes: {e}");
+        }
+        let (enters, exits): (Vec<Link>, Vec<Link>) =
+            std::mem::take(&mut self.wait_links).into_iter().unzip();
+        drop(exits);
+        drop(enters);
+    }
+
+    fn count_waits(&mut self, on: bool) {
+        if let Err(e) = self.bpf.set_count_waits(on) {
+            warn!("lock and GIL waits not counted: {e}");
+            self.attach_failures += 1;
+        }
+    }
+
+    /// Closes the open window's current part, and opens its wait part
+    /// after the attribution part when `then_waits`.
+    fn close_window_part(&mut self, then_waits: bool) {
+        let Some((links, since)) = self.window.take() else {
+            return;
+        };
+        // Measured before detaching: each uprobe detach waits for an RCU
+        // grace period (tens of ms), and the probes go one by one.
+        let open = since.elapsed();
+        match self.phase {
+            Phase::Attribution => {
+                self.windows_closed += open;
+                drop(links);
+                if then_waits && !self.wait_links.is_empty() {
+                    self.count_waits(true);
+                    self.window = Some((Vec::new(), Instant::now()));
+                    self.phase = Phase::Waits;
+                    return;
+                }
+            }
+            Phase::Waits => {
+                self.count_waits(false);
+                self.waits_closed += open;
+            }
+        }
+        self.detach_waits();
+    }
+
+    /// Closes the open window, whichever part (detaching its probes).
+    fn close_window(&mut self) {
+        if self.mode == Attribution::Continuous {
+            if let Some((links, since)) = self.window.take() {
+                self.windows_closed += since.elapsed();
+                self.waits_closed += since.elapsed();
+                drop(links);
+            }
+            self.detach_waits();
+            return;
+        }
+        self.close_window_part(false);
+        self.close_window_part(false);
     }
 
     /// What a lock site's counts are multiplied by: call sites are sampled
@@ -343,7 +460,29 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if kind as usize == bt::WAIT_BLOCK {
             bt::BLOCK_SAMPLE as f64 * self.block_scale()
         } else {
-            bt::WAIT_SAMPLE as f64
+            bt::WAIT_SAMPLE as f64 * self.wait_scale()
+        }
+    }
+
+    /// Lock, condition and GIL slow paths count in the wait parts of the
+    /// windows only: the factor that scales them to the recording so far.
+    fn wait_scale(&self) -> f64 {
+        if self.mode == Attribution::Continuous {
+            return 1.0;
+        }
+        let open = match (&self.window, self.phase) {
+            (Some((_, t)), Phase::Waits) => t.elapsed(),
+            _ => Duration::ZERO,
+        };
+        self.observed_scale(self.waits_closed + open)
+    }
+
+    /// The recording's time so far over `observed`, at least 1.
+    fn observed_scale(&self, observed: Duration) -> f64 {
+        let observed = observed.as_secs_f64();
+        match self.started {
+            Some(t) if observed > 0.0 => (t.elapsed().as_secs_f64() / observed).max(1.0),
+            _ => 1.0,
         }
     }
 
@@ -354,27 +493,39 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if self.mode == Attribution::Continuous {
             return 1.0;
         }
-        let open = self
-            .window
-            .as_ref()
-            .map_or(Duration::ZERO, |(_, t)| t.elapsed());
-        let observed = (self.windows_closed + open).as_secs_f64();
-        match self.started {
-            Some(t) if observed > 0.0 => (t.elapsed().as_secs_f64() / observed).max(1.0),
-            _ => 1.0,
-        }
+        let open = match (&self.window, self.phase) {
+            (Some((_, t)), Phase::Attribution) => t.elapsed(),
+            _ => Duration::ZERO,
+        };
+        self.observed_scale(self.windows_closed + open)
     }
 
-    /// Opens and closes attribution windows; call often (every few ms).
-    pub fn tick(&mut self) {
+    /// Opens and closes attribution windows; returns how soon it must run
+    /// again (None: nothing scheduled).
+    pub fn tick(&mut self) -> Option<Duration> {
         if self.mode == Attribution::Continuous || self.started.is_none() {
-            return;
+            return None;
         }
-        match &self.window {
-            Some((_, since)) if since.elapsed() >= WINDOW => self.close_window(),
-            Some(_) => {}
-            None if self.last_window.is_none_or(|t| t.elapsed() >= PERIOD) => self.open_window(),
-            None => {}
+        let due = |since: Instant, after: Duration| after.checked_sub(since.elapsed());
+        match (&self.window, self.phase) {
+            (Some((_, since)), Phase::Attribution) => match due(*since, WINDOW) {
+                Some(left) => return Some(left),
+                None => self.close_window_part(true),
+            },
+            (Some((_, since)), Phase::Waits) => match due(*since, WAIT_WINDOW) {
+                Some(left) => return Some(left),
+                None => self.close_window_part(false),
+            },
+            (None, _) => match self.last_window.and_then(|t| due(t, PERIOD)) {
+                Some(left) => return Some(left),
+                None => self.open_window(),
+            },
+        }
+        // Something just opened or closed: what is due next.
+        match (&self.window, self.phase) {
+            (Some(_), Phase::Attribution) => Some(WINDOW),
+            (Some(_), Phase::Waits) => Some(WAIT_WINDOW),
+            (None, _) => self.last_window.and_then(|t| due(t, PERIOD)),
         }
     }
 
@@ -639,6 +790,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             .map(|(k, st)| (ns_of(*k, st), (*k, *st)))
             .collect();
         let block_scale = self.block_scale();
+        let wait_scale = self.wait_scale();
         let mut observed = Vec::new();
         let live: HashSet<u32> = tasks.iter().map(|t| t.tid).collect();
         for t in &tasks {
@@ -647,7 +799,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: t.tid,
                 name: self.names.get(&t.tid).cloned().unwrap_or_default(),
                 cpu_ns: t.cpu_ns.max(st.cpu_ns),
-                waits: wait_counters(&st.waits, block_scale),
+                waits: wait_counters(&st.waits, block_scale, wait_scale),
                 exited: false,
             });
         }
@@ -660,7 +812,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: *tid,
                 name: self.names.get(tid).cloned().unwrap_or_default(),
                 cpu_ns: st.cpu_ns,
-                waits: wait_counters(&st.waits, block_scale),
+                waits: wait_counters(&st.waits, block_scale, wait_scale),
                 exited: true,
             });
             if st.exited {
@@ -687,7 +839,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 op_path: self.node_path.get(&a.node).cloned().unwrap_or_default(),
                 cpu_ns: a.cpu_ns,
                 // Ratios within the windows: nothing to scale.
-                waits: wait_counters(&a.waits, 1.0),
+                waits: wait_counters(&a.waits, 1.0, 1.0),
                 io_bytes: a.io_bytes,
                 stops: a.stops,
             })
@@ -762,6 +914,15 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// Detaches everything, then emits the file I/O and lock sites (named
     /// now, after the window); returns the drops this side counted.
     pub fn finish(mut self, sink: &mut EventSink) -> Result<Vec<DropCount>> {
+        let waits_seen = !self.waits_closed.is_zero() || self.phase == Phase::Waits;
+        if self.mode == Attribution::Sampled && !self.wait_points.is_empty() && !waits_seen {
+            warn!(
+                "lock and GIL waits not measured: the recording ended before its first wait \
+                 window ({} to {} ms after the first poll)",
+                WINDOW.as_millis(),
+                (WINDOW + WAIT_WINDOW).as_millis()
+            );
+        }
         self.close_window();
         self.process_io();
         // I/O after the last poll belongs to no window.
@@ -806,17 +967,26 @@ fn attach_file_io(bpf: &Bpf<'_>, target: &Target) -> Result<Vec<Link>> {
     Ok(bpf.attach_file_syscalls()?)
 }
 
-/// Condition waits are the condition slow path's (always timed) and the
-/// blocks' (timed in windows only, so multiplied by `block_scale`).
-fn wait_counters(w: &Waits, block_scale: f64) -> WaitCounters {
+/// Condition waits are the condition slow path's and the blocks'; slow
+/// paths are counted in the windows' wait parts (scaled by `wait_scale`),
+/// blocks in their attribution parts (`block_scale`).
+fn wait_counters(w: &Waits, block_scale: f64, wait_scale: f64) -> WaitCounters {
+    let slow = |kind: usize| {
+        (
+            scale_u64(w.ns[kind], wait_scale),
+            scale_u64(w.n[kind], wait_scale),
+        )
+    };
+    let (lock_wait_ns, lock_waits) = slow(bt::WAIT_LOCK);
+    let (cond_ns, cond_n) = slow(bt::WAIT_COND);
+    let (gil_wait_ns, gil_waits) = slow(bt::WAIT_GIL);
     WaitCounters {
-        lock_wait_ns: w.ns[bt::WAIT_LOCK],
-        lock_waits: w.n[bt::WAIT_LOCK],
-        cond_wait_ns: w.ns[bt::WAIT_COND]
-            .saturating_add(scale_u64(w.ns[bt::WAIT_BLOCK], block_scale)),
-        cond_waits: w.n[bt::WAIT_COND].saturating_add(scale_u64(w.n[bt::WAIT_BLOCK], block_scale)),
-        gil_wait_ns: w.ns[bt::WAIT_GIL],
-        gil_waits: w.n[bt::WAIT_GIL],
+        lock_wait_ns,
+        lock_waits,
+        cond_wait_ns: cond_ns.saturating_add(scale_u64(w.ns[bt::WAIT_BLOCK], block_scale)),
+        cond_waits: cond_n.saturating_add(scale_u64(w.n[bt::WAIT_BLOCK], block_scale)),
+        gil_wait_ns,
+        gil_waits,
         futex_wait_ns: 0,
         futex_waits: 0,
         io_wait_ns: w.ns[bt::WAIT_IO],

@@ -271,15 +271,46 @@ impl<'obj> Bpf<'obj> {
 
     /// Starts a new attribution window: work before it is not attributed.
     pub fn bump_attr_gen(&self) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, attr_gen), |g| {
+            g.wrapping_add(1)
+        })
+    }
+
+    /// Call before attaching or detaching the lock and GIL probes: a new,
+    /// odd generation, in which nothing unmatched counts as lost (see
+    /// `wait_gen` in probe.bpf.c).
+    pub fn settle_waits(&self) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, wait_gen), |g| {
+            (g | 1).wrapping_add(2)
+        })
+    }
+
+    /// Call once they are all attached: a new, even generation.
+    pub fn waits_attached(&self) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, wait_gen), |g| {
+            (g | 1).wrapping_add(1)
+        })
+    }
+
+    /// Whether lock, condition and GIL waits count in the totals and sites.
+    pub fn set_count_waits(&self, on: bool) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, count_waits), |_| {
+            u32::from(on)
+        })
+    }
+
+    /// Rewrites one u32 of the BPF side's .bss (offsets from the generated
+    /// skeleton's own layout of it).
+    fn update_global(&self, offset: usize, f: impl FnOnce(u32) -> u32) -> Result<(), BpfError> {
         let m = &self.skel.maps.bss;
         let key = 0u32.to_ne_bytes();
         let mut v = m
             .lookup(&key, MapFlags::ANY)
             .map_err(|e| BpfError::Map("bss", e))?
             .unwrap_or_default();
-        if let Some(gen) = v.get_mut(0..4) {
-            let next = u32::from_ne_bytes(gen.try_into().unwrap_or([0; 4])).wrapping_add(1);
-            gen.copy_from_slice(&next.to_ne_bytes());
+        if let Some(field) = v.get_mut(offset..offset + 4) {
+            let old = u32::from_ne_bytes(field.try_into().unwrap_or([0; 4]));
+            field.copy_from_slice(&f(old).to_ne_bytes());
             m.update(&key, &v, MapFlags::ANY)
                 .map_err(|e| BpfError::Map("bss", e))?;
         }
