@@ -267,9 +267,12 @@ int getnext_exit(struct pt_regs *ctx)
  * outside the timed slow paths are condition waits, idle pools or sleeps;
  * they are timed in the windows only, and scaled by user space.
  *
- * Always attached, all on slow or rare paths: uprobe + uretprobe on
- * absl::Mutex::LockSlow (contention) and CPython's take_gil; uprobes on
- * the target's libc file functions, for files the target opened; task free.
+ * uprobe + uretprobe on absl::Mutex::LockSlow (contention) and CPython's
+ * take_gil come with each window and stay for a while after it: their
+ * waits count only then (`count_waits`), scaled by user space.
+ *
+ * Always attached, all on rare paths: uprobes on the target's libc file
+ * functions, for files the target opened; task free.
  * Measured on the image pipeline: a sched_switch program always attached,
  * raw sys_enter/sys_exit on every syscall and CondVar::WaitCommon probes
  * each cost the target a few % of its CPU per element, hence this design.

@@ -467,37 +467,35 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// Lock, condition and GIL slow paths count in the wait parts of the
     /// windows only: the factor that scales them to the recording so far.
     fn wait_scale(&self) -> f64 {
+        self.observed_scale(Phase::Waits)
+    }
+
+    /// Blocks are timed in the attribution parts of the windows only: the
+    /// factor that scales them to the whole recording so far, from the time
+    /// actually observed (a 6 s recording has 2 windows, not 1.2).
+    fn block_scale(&self) -> f64 {
+        self.observed_scale(Phase::Attribution)
+    }
+
+    /// The recording's time so far over the time `phase` was open, at
+    /// least 1 (1 when attribution is continuous or nothing was observed).
+    fn observed_scale(&self, phase: Phase) -> f64 {
         if self.mode == Attribution::Continuous {
             return 1.0;
         }
-        let open = match (&self.window, self.phase) {
-            (Some((_, t)), Phase::Waits) => t.elapsed(),
+        let open = match &self.window {
+            Some((_, t)) if self.phase == phase => t.elapsed(),
             _ => Duration::ZERO,
         };
-        self.observed_scale(self.waits_closed + open)
-    }
-
-    /// The recording's time so far over `observed`, at least 1.
-    fn observed_scale(&self, observed: Duration) -> f64 {
-        let observed = observed.as_secs_f64();
+        let closed = match phase {
+            Phase::Attribution => self.windows_closed,
+            Phase::Waits => self.waits_closed,
+        };
+        let observed = (closed + open).as_secs_f64();
         match self.started {
             Some(t) if observed > 0.0 => (t.elapsed().as_secs_f64() / observed).max(1.0),
             _ => 1.0,
         }
-    }
-
-    /// Blocks are timed in the windows only: the factor that scales them to
-    /// the whole recording so far, from the time actually observed (a 6 s
-    /// recording has 2 windows, not 1.2).
-    fn block_scale(&self) -> f64 {
-        if self.mode == Attribution::Continuous {
-            return 1.0;
-        }
-        let open = match (&self.window, self.phase) {
-            (Some((_, t)), Phase::Attribution) => t.elapsed(),
-            _ => Duration::ZERO,
-        };
-        self.observed_scale(self.windows_closed + open)
     }
 
     /// Opens and closes attribution windows; returns how soon it must run
