@@ -103,6 +103,37 @@ def run_probe(args, pid, outdir, sampler):
     return res
 
 
+# ----------------------------------------------------------------- profile --
+
+def second_profile(wl, windows, length):
+    """ON/OFF throughput by second of the window: tells a cost that lasts the
+    whole recording from a transient the probe's start-up leaves behind
+    (its discovery uprobe runs just before the window opens)."""
+    bins = int(length)
+    if bins < 2:
+        return None
+    rates = {"ON": [[] for _ in range(bins)], "OFF": [[] for _ in range(bins)]}
+    for w in windows:
+        for i in range(bins):
+            a = w["start"] + i * 1_000_000_000
+            b = a + 1_000_000_000
+            if b > w["end"]:
+                break
+            try:
+                rates[w["kind"]][i].append(wl.rate(a, b))
+            except ValueError:
+                break
+    cols = []
+    for i in range(bins):
+        on, off = rates["ON"][i], rates["OFF"][i]
+        if not on or not off:
+            break
+        cols.append(f"{statistics.mean(on) / statistics.mean(off):.3f}")
+    if not cols:
+        return None
+    return f"throughput ON/OFF by second of the window: {' '.join(cols)}"
+
+
 # -------------------------------------------------------------------- main --
 
 def fmt_pct(x):
@@ -239,6 +270,9 @@ def main():
     ttfd = [p["mode_line"] for p in probes]
     if ttfd:
         print(f"probe: {ttfd[0]}" + (f" ... {ttfd[-1]}" if len(ttfd) > 1 else ""))
+    profile = second_profile(wl, valid, args.window)
+    if profile:
+        print(profile)
     n_err = sum(1 for w in windows if "error" in w)
     if n_err:
         print(f"{n_err} window(s) failed; see above")

@@ -84,7 +84,7 @@ static __always_inline void count_drop(__u32 what)
 
 /* DatasetBaseIterator::GetNext returns absl::Status through a hidden
  * pointer, so `this` is the second argument. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int discover_getnext(struct pt_regs *ctx)
 {
 	if (!is_target())
@@ -102,6 +102,20 @@ int discover_getnext(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Never runs: user space attaches it to a file the target does not map,
+ * just before attaching or detaching a probe the target may be executing
+ * (probe/src/bpf/mod.rs, `Bpf::quietly`). Every uprobe registration and
+ * removal takes a percpu rwsem for writing, which costs an RCU grace
+ * period (~7 ms here) unless one just passed, and it does so while holding
+ * the probe's own rwsem: a target thread that hits the breakpoint then
+ * blocks in the kernel until the grace period ends. After this probe's
+ * registration the next ones find the grace period passed. */
+SEC("uprobe")
+int gp_warmer(struct pt_regs *ctx)
+{
+	return 0;
+}
+
 static __always_inline __s64 read_i64(__u64 base, __u32 off, bool *ok)
 {
 	__s64 v = 0;
@@ -113,7 +127,7 @@ static __always_inline __s64 read_i64(__u64 base, __u32 off, bool *ok)
 /* model::Model::RemoveNode(std::shared_ptr<Node> node): a shared_ptr passed
  * by value is passed by invisible reference, so arg1 points at it and the
  * Node* is its first word. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int node_removed(struct pt_regs *ctx)
 {
 	if (!is_target())
@@ -167,7 +181,7 @@ int node_removed(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
+SEC("uprobe.multi")
 int getnext_enter(struct pt_regs *ctx)
 {
 	if (!is_target())
@@ -203,7 +217,7 @@ int getnext_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int getnext_exit(struct pt_regs *ctx)
 {
 	if (!is_target())
@@ -460,7 +474,7 @@ static __always_inline void add_waits(struct pp_waits *dst, const struct pp_wait
 
 /* model::Node::record_stop(long now): `this` (the Node) is the first
  * argument. Ends the current stretch of work on this thread. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int record_stop_probe(struct pt_regs *ctx)
 {
 	struct pp_thread *st = current_state();
@@ -606,16 +620,16 @@ static __always_inline int wait_exit(void)
 /* Mutex::LockSlow(MuHow how, const Condition *cond, int flags): with a
  * condition (LockWhen, Notification::WaitForNotification) the thread waits
  * for that condition, not for a lock holder. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int mutex_enter(struct pt_regs *ctx)
 {
 	return wait_enter(ctx, PT_REGS_PARM3(ctx) ? PP_WAIT_COND : PP_WAIT_LOCK);
 }
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int mutex_exit(struct pt_regs *ctx) { return wait_exit(); }
-SEC("uprobe")
+SEC("uprobe.multi")
 int gil_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_GIL); }
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int gil_exit(struct pt_regs *ctx) { return wait_exit(); }
 
 
@@ -768,22 +782,22 @@ static __always_inline int sys_exit(long nr, long ret)
  * thousands of futex calls a second); measured in BENCHMARKS.md. The
  * syscall number stands for the function's kind: the read functions all
  * take the fd first. glibc returns -1 (errno) on failure: same tests. */
-SEC("uprobe")
+SEC("uprobe.multi")
 int libc_read_enter(struct pt_regs *ctx)
 {
 	return sys_enter(ctx, NR_read, PT_REGS_PARM1(ctx), 0);
 }
-SEC("uprobe")
+SEC("uprobe.multi")
 int libc_open_enter(struct pt_regs *ctx)
 {
 	return sys_enter(ctx, NR_open, PT_REGS_PARM1(ctx), 0);
 }
-SEC("uprobe")
+SEC("uprobe.multi")
 int libc_openat_enter(struct pt_regs *ctx)
 {
 	return sys_enter(ctx, NR_openat, 0, PT_REGS_PARM2(ctx));
 }
-SEC("uprobe")
+SEC("uprobe.multi")
 int libc_close_enter(struct pt_regs *ctx)
 {
 	return sys_enter(ctx, NR_close, PT_REGS_PARM1(ctx), 0);
@@ -791,7 +805,7 @@ int libc_close_enter(struct pt_regs *ctx)
 /* One return probe for all: the entry left its kind in sys_nr, and
  * sys_start is 0 when the call is not followed (e.g. a read of an fd we do
  * not track; NR_read is 0, so sys_nr cannot tell). */
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int libc_io_exit(struct pt_regs *ctx)
 {
 	struct pp_thread *st = current_state();

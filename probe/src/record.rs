@@ -464,7 +464,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         loop {
             std::thread::sleep(Duration::from_millis(20));
             if let Some(stop) = self.should_stop(None) {
-                drop(link);
+                self.bpf.detach([link]);
                 match stop {
                     Stop::TargetExited => bail!(
                         "target process {} exited before its pipeline produced an element",
@@ -480,11 +480,11 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             // A short while after the first hit every busy iterator has
             // been called; the probe costs about a microsecond per call.
             if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
-                drop(link);
+                self.bpf.detach([link]);
                 return Ok(seen);
             }
             if t0.elapsed() > self.opts.discovery_timeout {
-                drop(link);
+                self.bpf.detach([link]);
                 bail!(
                     "no tf.data iterator of process {} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated)",
                     self.target.pid,
@@ -642,7 +642,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         progress.done();
         bpf::drain(&rb);
         unreadable += push_retired(&mut rec.sink, &retired)?;
-        drop(remove_link);
+        self.bpf.detach(remove_link);
         let mut drops = self.bpf_drops()?;
         if let Some(u) = usage.as_mut() {
             rec.stack_context = u.stack_context();

@@ -135,7 +135,7 @@ struct StackInfo {
 pub struct Usage<'a, 'obj> {
     bpf: &'a Bpf<'obj>,
     pid: i32,
-    _links: Vec<Link>,
+    links: Vec<Link>,
     record_stop: Option<ProbePoint>,
     mode: Attribution,
     /// The open window's links (record_stop, sched_switch) and start.
@@ -181,6 +181,8 @@ pub struct Usage<'a, 'obj> {
     /// tid -> op path -> attributed CPU ns: which op each thread works for,
     /// for the stack sampler's threads without a GetNextInternal frame.
     thread_op_cpu: HashMap<u32, HashMap<String, u64>>,
+    /// Per thread, the wait counters last emitted: see [`monotonic`].
+    waits_emitted: HashMap<u32, WaitCounters>,
 }
 
 impl<'a, 'obj> Usage<'a, 'obj> {
@@ -238,7 +240,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         let mut u = Usage {
             bpf,
             pid: target.pid,
-            _links: links,
+            links,
             record_stop,
             mode,
             window: None,
@@ -268,6 +270,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             sites_prev: HashMap::new(),
             attach_failures: 0,
             thread_op_cpu: HashMap::new(),
+            waits_emitted: HashMap::new(),
         };
         u.track_open_files();
         if mode == Attribution::Continuous {
@@ -399,8 +402,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
         let (enters, exits): (Vec<Link>, Vec<Link>) =
             std::mem::take(&mut self.wait_links).into_iter().unzip();
-        drop(exits);
-        drop(enters);
+        self.bpf.detach(exits);
+        self.bpf.detach(enters);
     }
 
     fn count_waits(&mut self, on: bool) {
@@ -422,7 +425,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         match self.phase {
             Phase::Attribution => {
                 self.windows_closed += open;
-                drop(links);
+                self.bpf.detach(links);
                 if then_waits && !self.wait_links.is_empty() {
                     self.count_waits(true);
                     self.window = Some((Vec::new(), Instant::now()));
@@ -444,7 +447,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             if let Some((links, since)) = self.window.take() {
                 self.windows_closed += since.elapsed();
                 self.waits_closed += since.elapsed();
-                drop(links);
+                self.bpf.detach(links);
             }
             self.detach_waits();
             return;
@@ -797,7 +800,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: t.tid,
                 name: self.names.get(&t.tid).cloned().unwrap_or_default(),
                 cpu_ns: t.cpu_ns.max(st.cpu_ns),
-                waits: wait_counters(&st.waits, block_scale, wait_scale),
+                waits: self.emit_waits(t.tid, wait_counters(&st.waits, block_scale, wait_scale)),
                 exited: false,
             });
         }
@@ -810,11 +813,12 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: *tid,
                 name: self.names.get(tid).cloned().unwrap_or_default(),
                 cpu_ns: st.cpu_ns,
-                waits: wait_counters(&st.waits, block_scale, wait_scale),
+                waits: self.emit_waits(*tid, wait_counters(&st.waits, block_scale, wait_scale)),
                 exited: true,
             });
             if st.exited {
                 self.bpf.forget_thread(*key);
+                self.waits_emitted.remove(tid);
             }
         }
         sink.push(Event::Threads {
@@ -865,6 +869,21 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
         self.pending_sites.push((mono_ns, deltas));
         Ok(())
+    }
+
+    /// A thread's scaled wait counters as emitted: never below the last
+    /// ones. The scales move both ways (the recording's time over the
+    /// time observed, which grows fastest while a window is open), so a
+    /// counter scaled at one poll can come out below the same counter
+    /// scaled at the poll before; counters are cumulative, and a reader
+    /// takes a decrease for a broken counter.
+    fn emit_waits(&mut self, tid: u32, now: WaitCounters) -> WaitCounters {
+        let out = match self.waits_emitted.get(&tid) {
+            Some(prev) => monotonic(prev, &now),
+            None => now,
+        };
+        self.waits_emitted.insert(tid, out);
+        out
     }
 
     /// Thread names, op classes and each thread's main op, for the stack
@@ -922,6 +941,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             );
         }
         self.close_window();
+        let links = std::mem::take(&mut self.links);
+        self.bpf.detach(links);
         self.process_io();
         // I/O after the last poll belongs to no window.
         self.io_acc.clear();
@@ -988,6 +1009,21 @@ fn wait_counters(w: &Waits, block_scale: f64, wait_scale: f64) -> WaitCounters {
         futex_wait_ns: 0,
         futex_waits: 0,
         io_wait_ns: w.ns[bt::WAIT_IO],
+    }
+}
+
+/// Field by field, the larger of two sets of cumulative counters.
+fn monotonic(prev: &WaitCounters, now: &WaitCounters) -> WaitCounters {
+    WaitCounters {
+        lock_wait_ns: prev.lock_wait_ns.max(now.lock_wait_ns),
+        lock_waits: prev.lock_waits.max(now.lock_waits),
+        cond_wait_ns: prev.cond_wait_ns.max(now.cond_wait_ns),
+        cond_waits: prev.cond_waits.max(now.cond_waits),
+        gil_wait_ns: prev.gil_wait_ns.max(now.gil_wait_ns),
+        gil_waits: prev.gil_waits.max(now.gil_waits),
+        futex_wait_ns: prev.futex_wait_ns.max(now.futex_wait_ns),
+        futex_waits: prev.futex_waits.max(now.futex_waits),
+        io_wait_ns: prev.io_wait_ns.max(now.io_wait_ns),
     }
 }
 

@@ -6,10 +6,15 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{
+    Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder, UprobeMultiOpts,
+};
 use thiserror::Error;
+use tracing::debug;
 
 use crate::layout::NodeLayout;
 
@@ -33,6 +38,13 @@ pub enum BpfError {
         offset: u64,
         source: libbpf_rs::Error,
     },
+    #[error("attaching {what} to {lib} at offset {offset:#x}: {source} (uprobes are attached as uprobe_multi links, which need Linux 6.6 or later)")]
+    AttachUprobe {
+        what: &'static str,
+        lib: String,
+        offset: u64,
+        source: libbpf_rs::Error,
+    },
     #[error("reading BPF map {0}: {1}")]
     Map(&'static str, libbpf_rs::Error),
 }
@@ -40,6 +52,53 @@ pub enum BpfError {
 pub struct Bpf<'obj> {
     skel: ProbeSkel<'obj>,
     pid: i32,
+    reaper: Reaper,
+}
+
+/// Removes the grace-period warm-up probes (see [`Bpf::quietly`]) on a
+/// thread of its own: a removal waits ~100 ms for grace periods, and
+/// nothing needs to wait for it. Dropping the reaper waits for them all.
+struct Reaper {
+    tx: Option<mpsc::Sender<Link>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reaper {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::channel::<Link>();
+        match std::thread::Builder::new()
+            .name("plumber-reaper".into())
+            .spawn(move || rx.into_iter().for_each(drop))
+        {
+            Ok(thread) => Reaper {
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+            Err(e) => {
+                debug!("no reaper thread, warm-up probes are removed in line: {e}");
+                Reaper {
+                    tx: None,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    fn remove(&self, link: Link) {
+        if let Some(tx) = &self.tx {
+            // A failed send hands the link back: drop it here.
+            let _ = tx.send(link);
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl<'obj> Bpf<'obj> {
@@ -75,7 +134,11 @@ impl<'obj> Bpf<'obj> {
             ro.layout.output = layout.output;
         }
         let skel = open.load().map_err(BpfError::Load)?;
-        Ok(Bpf { skel, pid })
+        Ok(Bpf {
+            skel,
+            pid,
+            reaper: Reaper::new(),
+        })
     }
 
     fn attach(
@@ -86,13 +149,53 @@ impl<'obj> Bpf<'obj> {
         lib: &Path,
         offset: u64,
     ) -> Result<Link, BpfError> {
-        prog.attach_uprobe(ret, self.pid, lib, offset as usize)
-            .map_err(|source| BpfError::Attach {
+        // uprobe_multi links, not perf-event ones: closing a perf-event
+        // uprobe first waits ~35 ms for other grace periods and only then
+        // unregisters, too late for `quietly` to help. A multi link
+        // unregisters as soon as it is closed.
+        let opts = UprobeMultiOpts {
+            offsets: vec![offset as usize],
+            retprobe: ret,
+            ..Default::default()
+        };
+        self.quietly(|| prog.attach_uprobe_multi_with_opts(self.pid, lib, "", opts))
+            .map_err(|source| BpfError::AttachUprobe {
                 what,
                 lib: lib.display().to_string(),
                 offset,
                 source,
             })
+    }
+
+    /// Runs `f`, an attach or a detach of a uprobe the target may be
+    /// executing, right after registering a probe no one executes (see
+    /// `gp_warmer` in bpf/probe.bpf.c): without it, target threads that
+    /// hit the probe while the kernel (un)registers it block for an RCU
+    /// grace period, every pipeline thread at once for `record_stop`
+    /// (measured: 4 threads blocked 6-8 ms at each window's end).
+    pub fn quietly<T>(&self, f: impl FnOnce() -> T) -> T {
+        let warm = std::env::current_exe().ok().and_then(|exe| {
+            // Our own executable: the target does not map it, so the
+            // registration installs nothing and no one waits for it.
+            self.skel
+                .progs
+                .gp_warmer
+                .attach_uprobe(false, self.pid, &exe, 0)
+                .map_err(|e| debug!("grace-period warm-up probe not attached: {e}"))
+                .ok()
+        });
+        let out = f();
+        if let Some(w) = warm {
+            self.reaper.remove(w);
+        }
+        out
+    }
+
+    /// Detaches probes one by one, each [`Bpf::quietly`].
+    pub fn detach(&self, links: impl IntoIterator<Item = Link>) {
+        for link in links {
+            self.quietly(|| drop(link));
+        }
     }
 
     /// The one-shot discovery probe on `DatasetBaseIterator::GetNext`.
