@@ -71,7 +71,9 @@ enum pp_drop {
 	PP_DROP_FD_MAP_FULL = 12,
 	PP_DROP_WAIT_UNMATCHED_RETURN = 13,
 	PP_DROP_WAIT_UNMATCHED_ENTRY = 14,
-	PP_DROP__COUNT = 15,
+	PP_DROP_WAIT_SAMPLE_RINGBUF_FULL = 15,	/* a sampled wait's stack copy */
+	PP_DROP_WAIT_STACK_COPY_FAILED = 16,	/* sent with no stack */
+	PP_DROP__COUNT = 17,
 };
 
 /* Kinds of blocking, indexes into pp_waits. */

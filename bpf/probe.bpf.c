@@ -15,6 +15,8 @@
 #include <bpf/bpf_core_read.h>
 #include "plumber.h"
 #include "target.h"
+#include "sample.h"
+#include "stack_copy.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -309,6 +311,17 @@ volatile __u32 wait_gen = 0;
  * as being in a slow path (its blocks are not condition waits) and feed
  * the attribution window's per-node split. */
 volatile __u32 count_waits = 0;
+/* Set by user space when the stack sampler runs: each sampled, counted
+ * lock or GIL wait also sends a copy of the user stack at its return, for
+ * user space to unwind with .eh_frame (the frame-pointer walk of
+ * `user_stack` stops inside libpython and glibc, short of the op). */
+volatile __u32 copy_wait_stacks = 0;
+/* Of the sampled waits, one in PP_WAIT_COPY_SAMPLE sends its stack: a copy
+ * is 32 KiB, and a GIL-bound pipeline samples thousands of waits a second.
+ * User space takes only the shape from these stacks; the totals come from
+ * the counters. */
+#define PP_WAIT_COPY_SAMPLE 8
+__u64 wait_copy_tick = 0;
 /* The target's tgid as the kernel sees it, learned from its own threads
  * (target_tgid is in our PID namespace, task->tgid is global). */
 volatile __u32 target_host_tgid = 0;
@@ -333,6 +346,13 @@ struct {
 	__type(key, struct pp_site_key);
 	__type(value, struct pp_site);
 } lock_sites SEC(".maps");
+
+/* Sampled waits' stack copies (struct ps_sample, PS_FLAG_WAIT); one page
+ * unless the sampler runs (user space sizes it before loading). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} wait_samples SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -594,7 +614,33 @@ static __always_inline int wait_enter(void *ctx, __u32 kind)
 	return 0;
 }
 
-static __always_inline int wait_exit(void)
+/* At a sampled wait's return: the caller's registers (the return probe
+ * runs with ip at the return address) and its stack. */
+static __always_inline void send_wait_sample(struct pt_regs *ctx, struct pp_thread *st,
+					     __u32 kind, __u64 ns)
+{
+	struct ps_sample *s = bpf_ringbuf_reserve(&wait_samples, sizeof(*s), 0);
+	if (!s) {
+		count_drop(PP_DROP_WAIT_SAMPLE_RINGBUF_FULL);
+		return;
+	}
+	s->mono_ns = bpf_ktime_get_ns();
+	s->ns_tid = st->ns_tid;
+	s->flags = PS_FLAG_WAIT | (kind << PS_WAIT_KIND_SHIFT);
+	s->ip = PT_REGS_IP(ctx);
+	s->sp = PT_REGS_SP(ctx);
+	s->bp = PT_REGS_FP(ctx);
+	s->kstack_id = -1;
+	s->wait_ns = ns;
+	s->_pad = 0;
+	s->stack_len = copy_stack(s, s->sp);
+	if (!s->stack_len)
+		count_drop(PP_DROP_WAIT_STACK_COPY_FAILED);
+	/* Drained at every poll; see the file-event ring buffer. */
+	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline int wait_exit(struct pt_regs *ctx)
 {
 	struct pp_thread *st = current_state();
 	if (!st)
@@ -611,7 +657,12 @@ static __always_inline int wait_exit(void)
 	}
 	if (--st->wait_depth == 0 && st->wait_start) {
 		__u64 now = bpf_ktime_get_ns();
-		account_wait(st, st->wait_kind, now - st->wait_start, st->wait_stack);
+		__u64 ns = now - st->wait_start;
+		account_wait(st, st->wait_kind, ns, st->wait_stack);
+		/* Some of the waits the call sites' stacks were taken for. */
+		if (copy_wait_stacks && count_waits && st->wait_stack != PP_STACK_UNSAMPLED &&
+		    __sync_fetch_and_add(&wait_copy_tick, 1) % PP_WAIT_COPY_SAMPLE == 0)
+			send_wait_sample(ctx, st, st->wait_kind, ns);
 		st->wait_start = 0;
 	}
 	return 0;
@@ -626,11 +677,11 @@ int mutex_enter(struct pt_regs *ctx)
 	return wait_enter(ctx, PT_REGS_PARM3(ctx) ? PP_WAIT_COND : PP_WAIT_LOCK);
 }
 SEC("uretprobe.multi")
-int mutex_exit(struct pt_regs *ctx) { return wait_exit(); }
+int mutex_exit(struct pt_regs *ctx) { return wait_exit(ctx); }
 SEC("uprobe.multi")
 int gil_enter(struct pt_regs *ctx) { return wait_enter(ctx, PP_WAIT_GIL); }
 SEC("uretprobe.multi")
-int gil_exit(struct pt_regs *ctx) { return wait_exit(); }
+int gil_exit(struct pt_regs *ctx) { return wait_exit(ctx); }
 
 
 static __always_inline bool is_read_nr(long nr)

@@ -15,6 +15,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "sample.h"
+#include "stack_copy.h"
 #include "target.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -48,28 +49,6 @@ static __always_inline void count_drop(__u32 what)
 		*v += 1;
 }
 
-/* Copies the stack from sp up, as much of it as is mapped, up to
- * PS_STACK_BYTES: a read that crosses into unmapped memory fails as a whole
- * (the main thread's stack ends at the top of its mapping), and readable
- * memory ends at a page boundary, so sizes that end on the page boundaries
- * above sp are tried from the largest down. Returns the bytes copied, 0 on
- * failure. */
-static __always_inline __u32 copy_stack(struct ps_sample *s, __u64 sp)
-{
-	__u32 rem = 4096 - (__u32)(sp & 4095);	/* 1..4096: bytes to the next page */
-
-#pragma unroll
-	for (int k = PS_STACK_BYTES / 4096 - 1; k >= 0; k--) {
-		__u32 n = k * 4096 + rem;
-
-		if (n > PS_STACK_BYTES)
-			n = PS_STACK_BYTES;
-		if (!bpf_probe_read_user(s->stack, n, (void *)sp))
-			return n;
-	}
-	return 0;
-}
-
 SEC("perf_event")
 int sample(struct bpf_perf_event_data *ctx)
 {
@@ -99,6 +78,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	 * interrupted ip tells (x86-64 kernel text is in the upper half); a
 	 * narrow read of regs.cs is rejected by the verifier. */
 	s->kstack_id = -1;
+	s->wait_ns = 0;
 	if ((__s64)ctx->regs.ip < 0) {
 		s->flags |= PS_FLAG_IN_KERNEL;
 		s->kstack_id = bpf_get_stackid(ctx, &kstacks, 0);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The stack sampler's ring-buffer record (bpf/sample.bpf.c); mirrored by
+ * The stack sampler's ring-buffer record (bpf/sample.bpf.c, and sampled
+ * lock and GIL waits of bpf/probe.bpf.c); mirrored by
  * probe/src/sampler/bpf.rs (a test checks the size). Fixed-width fields,
  * explicit padding.
  */
@@ -14,6 +15,11 @@
 #define PS_KSTACK_DEPTH 64
 
 #define PS_FLAG_IN_KERNEL 1u
+/* Not a timer sample: a sampled lock or GIL wait (bpf/probe.bpf.c), taken
+ * at the slow path's return: ip is the return address in its caller, and
+ * bits 8-15 of flags hold the wait kind (enum pp_wait_kind). */
+#define PS_FLAG_WAIT 2u
+#define PS_WAIT_KIND_SHIFT 8
 
 struct ps_sample {
 	__u64 mono_ns;
@@ -23,12 +29,13 @@ struct ps_sample {
 	__u64 sp;
 	__u64 bp;
 	__s64 kstack_id;	/* kernel stack of kernel-mode samples, else -1 */
+	__u64 wait_ns;		/* PS_FLAG_WAIT: how long the wait lasted */
 	__u32 stack_len;	/* bytes of `stack` that are valid */
 	__u32 _pad;
 	__u8 stack[PS_STACK_BYTES];
 };
 
-#define PS_SAMPLE_HEAD 56
+#define PS_SAMPLE_HEAD 64
 
 /* Every way a sample is lost or degraded. Counted per CPU, shown. */
 enum ps_drop {

@@ -335,7 +335,13 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     };
     let layout = derived.node.unwrap_or_default();
     let mut obj = MaybeUninit::uninit();
-    let bpf = Bpf::load(&mut obj, opts.pid, &layout, opts.io_ringbuf_bytes)?;
+    let bpf = Bpf::load(
+        &mut obj,
+        opts.pid,
+        &layout,
+        opts.io_ringbuf_bytes,
+        opts.sample_hz > 0,
+    )?;
     let mut rec = Recording {
         sink: EventSink::new(opts.save_events.as_deref())?,
         reason: String::new(),
@@ -365,6 +371,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         bpf: &bpf,
         mem: Memory::new(opts.pid),
         started,
+        wait_stacks: sampler.as_ref().map(Sampler::wait_sender),
     };
     let outcome = if use_model {
         match ctx.run_model(&layout, &mut rec) {
@@ -403,6 +410,8 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
             out_of_stack = sampled.out_of_stack,
             unwind_failed = sampled.unwind_failed,
             in_kernel = sampled.in_kernel,
+            wait_samples = sampled.wait_samples,
+            wait_complete = sampled.wait_complete,
             symbol_lookups = sampled.symbol_lookups,
             worker_cpu_ms = sampled.worker_cpu_ns / 1_000_000,
             unwind_ms = sampled.unwind_ns / 1_000_000,
@@ -430,6 +439,8 @@ struct Ctx<'a, 'obj> {
     bpf: &'a Bpf<'obj>,
     mem: Memory,
     started: Instant,
+    /// The stack sampler's intake of sampled waits' stacks, when it runs.
+    wait_stacks: Option<std::sync::mpsc::Sender<Vec<crate::sampler::RawSample>>>,
 }
 
 enum Stop {
@@ -724,7 +735,12 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             derived.record_stop = None;
         }
         match Usage::start(self.bpf, self.target, &derived, self.opts.attribution) {
-            Ok(u) => Some(u),
+            Ok(mut u) => {
+                if let Some(tx) = &self.wait_stacks {
+                    u.send_wait_stacks(tx.clone());
+                }
+                Some(u)
+            }
             Err(e) => {
                 warn!("per-thread CPU, waits and I/O are not measured: {e:#}");
                 None

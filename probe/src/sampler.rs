@@ -34,7 +34,8 @@ use plumber_collector::event::Drop as DropCount;
 use tracing::{debug, info, warn};
 
 pub use attribute::{attribute, LockStack, StackContext};
-use bpf::{RawSample, SampleBpf, DROP_NAMES, FLAG_IN_KERNEL};
+pub use bpf::RawSample;
+use bpf::{SampleBpf, DROP_NAMES, FLAG_IN_KERNEL};
 use symbols::FrameNames;
 use unwind::{StackUnwinder, Truncation};
 
@@ -110,6 +111,13 @@ pub struct SampledStacks {
     pub in_kernel: u64,
     /// Samples not kept: their stack was new past MAX_DISTINCT_STACKS.
     pub over_limit: u64,
+    /// Sampled lock and GIL waits (copied by bpf/probe.bpf.c at their
+    /// return): (tid, wait kind, frames outermost first, down to the slow
+    /// path's caller) -> wait ns, unscaled.
+    pub waits: HashMap<(u32, u32, Vec<Arc<str>>), u64>,
+    /// How many, and how many of them reach a thread entry point.
+    pub wait_samples: u64,
+    pub wait_complete: u64,
     /// Addresses looked up with blazesym (the rest came from the cache).
     pub symbol_lookups: u64,
     /// CPU time of our worker thread (unwinding, symbolizing).
@@ -139,6 +147,7 @@ pub struct Sampler {
     stop: Arc<AtomicBool>,
     worker: Option<JoinHandle<SampledStacks>>,
     start_wall_ns: u64,
+    waits: mpsc::Sender<Vec<RawSample>>,
 }
 
 fn wall_ns() -> u64 {
@@ -154,10 +163,11 @@ impl Sampler {
     pub fn start(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
+        let (waits, waits_rx) = mpsc::channel();
         let stop2 = stop.clone();
         let worker = std::thread::Builder::new()
             .name("plumber-sampler".into())
-            .spawn(move || worker(pid, hz, &stop2, ready_tx))
+            .spawn(move || worker(pid, hz, &stop2, ready_tx, waits_rx))
             .map_err(SamplerError::Thread)?;
         let t0 = Instant::now();
         match ready_rx.recv() {
@@ -172,6 +182,7 @@ impl Sampler {
                     stop,
                     worker: Some(worker),
                     start_wall_ns: wall_ns(),
+                    waits,
                 })
             }
             Ok(Err(e)) => {
@@ -183,6 +194,12 @@ impl Sampler {
                 Err(SamplerError::Gone)
             }
         }
+    }
+
+    /// Where the stack copies of sampled lock and GIL waits go, to be
+    /// unwound with the samples.
+    pub fn wait_sender(&self) -> mpsc::Sender<Vec<RawSample>> {
+        self.waits.clone()
     }
 
     /// Stops sampling, processes what is left and returns the stacks.
@@ -223,6 +240,7 @@ fn worker(
     hz: u32,
     stop: &AtomicBool,
     ready: mpsc::Sender<Result<usize, SamplerError>>,
+    waits: mpsc::Receiver<Vec<RawSample>>,
 ) -> SampledStacks {
     // Unwinding and naming frames is best-effort work on a machine whose
     // cores the target may need: run it at the lowest priority.
@@ -287,7 +305,8 @@ fn worker(
         // timer. consume() errors only when a callback does; ours do not.
         std::thread::sleep(Duration::from_millis(50));
         let _ = rb.consume();
-        let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+        let mut batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+        batch.extend(waits.try_iter().flatten());
         // New libraries (dlopen) and JIT regions: look again now and then.
         if last_refresh.elapsed() >= Duration::from_secs(2) {
             state.unwinder.refresh();
@@ -297,7 +316,9 @@ fn worker(
     }
     sbpf.detach();
     let _ = rb.consume();
-    let batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+    let mut batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
+    // The recording sent its last wait stacks before stopping us.
+    batch.extend(waits.try_iter().flatten());
     state.process(&batch, &sbpf);
     // Sampling has stopped: the target is no longer measured, and the
     // symbol index can be built now.
@@ -343,6 +364,8 @@ struct Processor {
     names: FrameNames,
     /// Address stacks and how their unwinding ended, with sample counts.
     raw: HashMap<RawStack, (Truncation, u64)>,
+    /// Sampled waits: (address stack, wait kind) -> (samples, wait ns).
+    raw_waits: HashMap<(RawStack, u32), (u64, u64)>,
     out: SampledStacks,
 }
 
@@ -352,6 +375,7 @@ impl Processor {
             unwinder: StackUnwinder::new(pid),
             names: FrameNames::new(pid),
             raw: HashMap::new(),
+            raw_waits: HashMap::new(),
             out: SampledStacks {
                 period_ns: 1_000_000_000 / u64::from(hz.max(1)),
                 ..Default::default()
@@ -387,6 +411,26 @@ impl Processor {
                 .any(|a| self.names.kernel(*a).contains("exc_int3"));
             let ip = if in_int3 { s.ip.wrapping_sub(1) } else { s.ip };
             let (user, end) = self.unwinder.unwind(ip, s.sp, s.bp, &s.stack);
+            if let Some(kind) = s.wait_kind() {
+                // Not a CPU sample: kept apart, and bounded the same way.
+                let key = (
+                    RawStack {
+                        tid: s.tid,
+                        user,
+                        kernel,
+                    },
+                    kind,
+                );
+                if let Some(c) = self.raw_waits.get_mut(&key) {
+                    c.0 += 1;
+                    c.1 = c.1.saturating_add(s.wait_ns);
+                } else if self.raw_waits.len() < MAX_DISTINCT_STACKS {
+                    self.raw_waits.insert(key, (1, s.wait_ns));
+                } else {
+                    self.out.over_limit += 1;
+                }
+                continue;
+            }
             self.out.samples += 1;
             if !kernel.is_empty() {
                 self.out.in_kernel += 1;
@@ -414,6 +458,11 @@ impl Processor {
             .raw
             .keys()
             .flat_map(|k| k.user.iter().copied())
+            .chain(
+                self.raw_waits
+                    .keys()
+                    .flat_map(|(k, _)| k.user.iter().copied()),
+            )
             .collect();
         user.sort_unstable();
         user.dedup();
@@ -435,6 +484,14 @@ impl Processor {
                 }
             }
             *o.stacks.entry((k.tid, frames)).or_default() += n;
+        }
+        for ((k, kind), (n, ns)) in self.raw_waits {
+            let frames: Vec<Arc<str>> = k.user.iter().rev().map(|a| self.names.user(*a)).collect();
+            o.wait_samples += n;
+            if reaches_entry(&frames) {
+                o.wait_complete += n;
+            }
+            *o.waits.entry((k.tid, kind, frames)).or_default() += ns;
         }
         o
     }

@@ -27,6 +27,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -46,6 +47,7 @@ use crate::bpf::types::{self as bt, Waits};
 use crate::bpf::{self, Bpf, IoEvent, SiteKey, WaitProbe};
 use crate::mem::Memory;
 use crate::record::EventSink;
+use crate::sampler::RawSample;
 use crate::target::Target;
 use crate::threads::{self, NameRegistry};
 
@@ -183,6 +185,20 @@ pub struct Usage<'a, 'obj> {
     thread_op_cpu: HashMap<u32, HashMap<String, u64>>,
     /// Per thread, the wait counters last emitted: see [`monotonic`].
     waits_emitted: HashMap<u32, WaitCounters>,
+    /// Sampled waits' stack copies, handed to the stack sampler.
+    wait_stacks: Option<WaitStacks<'a>>,
+}
+
+/// The ring buffer of sampled waits' stack copies and where they go: the
+/// stack sampler's worker unwinds them with the libraries' .eh_frame, as it
+/// does its own samples.
+struct WaitStacks<'a> {
+    rb: RingBuffer<'a>,
+    buf: Rc<RefCell<Vec<RawSample>>>,
+    malformed: Rc<RefCell<u64>>,
+    tx: mpsc::Sender<Vec<RawSample>>,
+    /// Copies the sampler was gone for.
+    lost: u64,
 }
 
 impl<'a, 'obj> Usage<'a, 'obj> {
@@ -271,6 +287,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             attach_failures: 0,
             thread_op_cpu: HashMap::new(),
             waits_emitted: HashMap::new(),
+            wait_stacks: None,
         };
         u.track_open_files();
         if mode == Attribution::Continuous {
@@ -603,6 +620,46 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
     }
 
+    /// Sends the stacks of sampled lock and GIL waits (copied in BPF) to
+    /// `tx`, the stack sampler, from now on.
+    pub fn send_wait_stacks(&mut self, tx: mpsc::Sender<Vec<RawSample>>) {
+        let buf = Rc::new(RefCell::new(Vec::new()));
+        let malformed = Rc::new(RefCell::new(0u64));
+        let rb = match self.bpf.wait_sample_reader(buf.clone(), malformed.clone()) {
+            Ok(rb) => rb,
+            Err(e) => {
+                warn!("lock and GIL wait stacks stay frame-pointer walks: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self.bpf.set_copy_wait_stacks(true) {
+            warn!("lock and GIL wait stacks stay frame-pointer walks: {e}");
+            return;
+        }
+        self.wait_stacks = Some(WaitStacks {
+            rb,
+            buf,
+            malformed,
+            tx,
+            lost: 0,
+        });
+    }
+
+    fn forward_wait_stacks(&mut self) {
+        let Some(w) = &mut self.wait_stacks else {
+            return;
+        };
+        bpf::drain(&w.rb);
+        let batch: Vec<RawSample> = w.buf.borrow_mut().drain(..).collect();
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len() as u64;
+        if w.tx.send(batch).is_err() {
+            w.lost += n;
+        }
+    }
+
     fn file_size(&mut self, path: &str) -> Option<u64> {
         let pid = self.pid;
         *self.sizes.entry(path.to_string()).or_insert_with(|| {
@@ -858,6 +915,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             sink.push(Event::Attribution { mono_ns, samples })?;
         }
 
+        self.forward_wait_stacks();
         let io = std::mem::take(&mut self.io_acc);
         self.pending_io.push((mono_ns, io));
         let mut deltas = Vec::new();
@@ -914,17 +972,31 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 frames.reverse();
                 crate::sampler::LockStack {
                     tid: key.ns_tid,
+                    wait_kind: key.kind,
                     kind: lock_kind(key.kind),
                     frames,
                     ns: scale_u64(ns, scale),
                 }
             })
             .collect();
+        // The unwound stacks of the sampled waits start at the slow path's
+        // caller: the probed function is their leaf.
+        let mut wait_leaf = HashMap::new();
+        for (probe, _, name) in &self.wait_points {
+            let kinds: &[usize] = match probe {
+                WaitProbe::Mutex => &[bt::WAIT_LOCK, bt::WAIT_COND],
+                WaitProbe::Gil => &[bt::WAIT_GIL],
+            };
+            for k in kinds {
+                wait_leaf.insert(*k as u32, name.to_string());
+            }
+        }
         crate::sampler::StackContext {
             names: self.names.clone(),
             class_paths: self.class_paths.clone(),
             thread_ops,
             locks,
+            wait_leaf,
         }
     }
 
@@ -943,6 +1015,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         self.close_window();
         let links = std::mem::take(&mut self.links);
         self.bpf.detach(links);
+        self.forward_wait_stacks();
         self.process_io();
         // I/O after the last poll belongs to no window.
         self.io_acc.clear();
@@ -961,6 +1034,17 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             DropCount {
                 what: "usage_probes_not_attached".into(),
                 count: self.attach_failures,
+            },
+            DropCount {
+                what: "wait_sample_malformed_records".into(),
+                count: self
+                    .wait_stacks
+                    .as_ref()
+                    .map_or(0, |w| *w.malformed.borrow()),
+            },
+            DropCount {
+                what: "wait_samples_after_sampler_stopped".into(),
+                count: self.wait_stacks.as_ref().map_or(0, |w| w.lost),
             },
         ])
     }
@@ -1031,7 +1115,7 @@ fn scale_u64(v: u64, scale: f64) -> u64 {
     (v as f64 * scale).round() as u64
 }
 
-fn lock_kind(kind: u32) -> plumber_collector::stacks::LockKind {
+pub(crate) fn lock_kind(kind: u32) -> plumber_collector::stacks::LockKind {
     use plumber_collector::stacks::LockKind;
     match kind as usize {
         bt::WAIT_LOCK => LockKind::Mutex,

@@ -126,3 +126,63 @@ fn sample_rate_is_checked() {
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("--sample-hz"));
 }
+
+/// locks.svg on the py_function workload: the map function's GIL waits,
+/// unwound from a stack copied at the GIL's acquisition (CPython and glibc
+/// have no frame pointers), go all the way up through TensorFlow's
+/// `PyFuncOp::Compute` to the UDF pool thread's start, under the map op.
+#[test]
+fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
+    require_root();
+    let w = Workload::start("py_function.py", &[]);
+    let out = tempdir("stacks-gil");
+    let pid = w.pid.to_string();
+    // Two wait windows (5 s apart) at least.
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "7",
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+        "--sample-hz",
+        "49",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "plumber-probe failed: {}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.join("locks.svg").exists(), "locks.svg missing");
+    let locks = folded(&out, "locks.folded");
+    let gil: Vec<&(String, u64)> = locks
+        .iter()
+        .filter(|(s, _)| s.ends_with(";[lock: gil]"))
+        .collect();
+    let gil_ns: u64 = gil.iter().map(|(_, c)| c).sum();
+    assert!(gil_ns > 0, "no GIL wait in locks.folded");
+    let chain = |s: &str| {
+        s.starts_with("[ParallelMapV2];")
+            && s.contains(";start_thread;")
+            && s.contains("PyFuncOp::Compute")
+            && (s.contains(";take_gil;") || s.contains(";PyEval_RestoreThread;"))
+    };
+    let chain_ns: u64 = gil.iter().filter(|(s, _)| chain(s)).map(|(_, c)| c).sum();
+    eprintln!("GIL wait {gil_ns} ns, {chain_ns} ns of it on complete PyFuncOp chains");
+    // The map function's waits are most of the process's GIL wait (the
+    // training loop's Python thread waits for it too, less).
+    assert!(
+        chain_ns as f64 > 0.5 * gil_ns as f64,
+        "GIL chains up to PyFuncOp::Compute: {chain_ns} of {gil_ns} ns"
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
+        .expect("report.json");
+    let drops = r["drops"].as_array().expect("drops");
+    let d = drops
+        .iter()
+        .find(|d| d["what"] == "wait_stack_copy_failed")
+        .expect("wait_stack_copy_failed reported");
+    assert_eq!(d["count"].as_f64(), Some(0.0), "{d}");
+}

@@ -17,6 +17,7 @@ use thiserror::Error;
 use tracing::debug;
 
 use crate::layout::NodeLayout;
+use crate::sampler::RawSample;
 
 pub mod types;
 
@@ -104,11 +105,14 @@ impl Drop for Reaper {
 impl<'obj> Bpf<'obj> {
     /// `io_ringbuf_bytes`: size of the file-event ring buffer (a power of
     /// two, at least a page); small values test that drops are reported.
+    /// `wait_stacks`: size the ring buffer of sampled waits' stack copies
+    /// for use (the stack sampler runs); else it keeps one page.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         pid: i32,
         layout: &NodeLayout,
         io_ringbuf_bytes: Option<u32>,
+        wait_stacks: bool,
     ) -> Result<Self, BpfError> {
         let builder = ProbeSkelBuilder::default();
         let mut open = builder.open(obj).map_err(BpfError::Load)?;
@@ -116,6 +120,14 @@ impl<'obj> Bpf<'obj> {
             open.maps
                 .io_events
                 .set_max_entries(n)
+                .map_err(BpfError::Load)?;
+        }
+        if wait_stacks {
+            // 256 copies of 32 KiB: a poll's worth of sampled waits on a
+            // pipeline contending thousands of times a second.
+            open.maps
+                .wait_samples
+                .set_max_entries(8 << 20)
                 .map_err(BpfError::Load)?;
         }
         let (pidns_dev, pidns_ino) = own_pid_namespace();
@@ -400,6 +412,32 @@ impl<'obj> Bpf<'obj> {
         self.update_global(std::mem::offset_of!(skel::types::bss, count_waits), |_| {
             u32::from(on)
         })
+    }
+
+    /// Whether sampled lock and GIL waits send a copy of their stack.
+    pub fn set_copy_wait_stacks(&self, on: bool) -> Result<(), BpfError> {
+        self.update_global(
+            std::mem::offset_of!(skel::types::bss, copy_wait_stacks),
+            |_| u32::from(on),
+        )
+    }
+
+    /// Reader of the sampled waits' stack copies.
+    pub fn wait_sample_reader(
+        &self,
+        sink: Rc<RefCell<Vec<RawSample>>>,
+        bad: Rc<RefCell<u64>>,
+    ) -> Result<RingBuffer<'_>, BpfError> {
+        let mut b = RingBufferBuilder::new();
+        b.add(&self.skel.maps.wait_samples, move |data: &[u8]| {
+            match RawSample::from_bytes(data) {
+                Some(s) => sink.borrow_mut().push(s),
+                None => *bad.borrow_mut() += 1,
+            }
+            0
+        })
+        .map_err(|e| BpfError::Map("wait_samples", e))?;
+        b.build().map_err(|e| BpfError::Map("wait_samples", e))
     }
 
     /// Rewrites one u32 of the BPF side's .bss (offsets from the generated

@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 15] = [
+pub const DROP_NAMES: [&str; 17] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -18,6 +18,8 @@ pub const DROP_NAMES: [&str; 15] = [
     "fd_map_full",
     "wait_unmatched_return",
     "wait_unmatched_entry",
+    "wait_sample_ringbuf_full",
+    "wait_stack_copy_failed",
 ];
 
 /// `enum pp_wait_kind`.

@@ -10,6 +10,7 @@
 //! under `[outside pipeline]`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use plumber_collector::stacks::{LockKind, OpRef, StackAggregator, ThreadInfo, Weight};
 
@@ -27,12 +28,17 @@ pub struct StackContext {
     pub thread_ops: HashMap<u32, String>,
     /// Lock waits by site, for locks.folded.
     pub locks: Vec<LockStack>,
+    /// Wait kind (`enum pp_wait_kind`) -> the probed slow path's name, the
+    /// leaf of its unwound stacks (which start at its caller).
+    pub wait_leaf: HashMap<u32, String>,
 }
 
 /// The waits of one thread at one lock site.
 #[derive(Clone, Debug)]
 pub struct LockStack {
     pub tid: u32,
+    /// `enum pp_wait_kind`.
+    pub wait_kind: u32,
     pub kind: LockKind,
     /// Outermost first.
     pub frames: Vec<String>,
@@ -114,7 +120,42 @@ pub fn attribute(s: &SampledStacks, ctx: &StackContext) -> StackAggregator {
         .into_iter()
         .map(|(tid, r)| (tid, ctx.thread(tid).with_role(r)))
         .collect();
+    // Waits whose stacks were copied and unwound replace the frame-pointer
+    // stacks of the same kind: a sample of the same waits, seen further up.
+    // They give the shape; the total stays the counters' (the copies are a
+    // sub-sample, and some can be lost to a full ring buffer).
+    let mut unwound: HashMap<u32, u64> = HashMap::new();
+    for ((_, kind, _), ns) in &s.waits {
+        *unwound.entry(*kind).or_default() += ns;
+    }
+    let mut counted: HashMap<u32, u64> = HashMap::new();
     for l in &ctx.locks {
+        *counted.entry(l.wait_kind).or_default() += l.ns;
+    }
+    for ((tid, kind, frames), &ns) in &s.waits {
+        let thread = threads.entry(*tid).or_insert_with(|| ctx.thread(*tid));
+        let mut frames = frames.clone();
+        if let Some(leaf) = ctx.wait_leaf.get(kind) {
+            frames.push(Arc::from(leaf.as_str()));
+        }
+        let op = ctx.op(*tid, &frames);
+        let total = counted.get(kind).copied().unwrap_or(0);
+        let scale = total as f64 / unwound.get(kind).copied().unwrap_or(1).max(1) as f64;
+        agg.add_parts(
+            thread,
+            op.as_ref(),
+            &frames,
+            Weight::LockWaitNs {
+                ns: (ns as f64 * scale).round() as u64,
+                lock: crate::usage::lock_kind(*kind),
+            },
+        );
+    }
+    for l in ctx
+        .locks
+        .iter()
+        .filter(|l| !unwound.contains_key(&l.wait_kind))
+    {
         let thread = threads.entry(l.tid).or_insert_with(|| ctx.thread(l.tid));
         let op = ctx.op(l.tid, &l.frames);
         agg.add_parts(

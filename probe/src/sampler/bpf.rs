@@ -15,10 +15,13 @@ mod skel {
 pub use skel::SampleSkel;
 use skel::SampleSkelBuilder;
 
-/// bpf/sample.h: PS_STACK_BYTES, PS_SAMPLE_HEAD, PS_FLAG_IN_KERNEL.
+/// bpf/sample.h: PS_STACK_BYTES, PS_SAMPLE_HEAD, PS_FLAG_IN_KERNEL,
+/// PS_FLAG_WAIT, PS_WAIT_KIND_SHIFT.
 pub const STACK_BYTES: usize = 32768;
-pub const SAMPLE_HEAD: usize = 56;
+pub const SAMPLE_HEAD: usize = 64;
 pub const FLAG_IN_KERNEL: u32 = 1;
+pub const FLAG_WAIT: u32 = 2;
+const WAIT_KIND_SHIFT: u32 = 8;
 
 /// The sampler's drop counters, in `enum ps_drop` order, as reported.
 pub const DROP_NAMES: [&str; 4] = [
@@ -38,11 +41,19 @@ pub struct RawSample {
     pub sp: u64,
     pub bp: u64,
     pub kstack_id: i64,
+    /// FLAG_WAIT records: the wait's length.
+    pub wait_ns: u64,
     /// The copied user stack, from `sp` up.
     pub stack: Vec<u8>,
 }
 
 impl RawSample {
+    /// A sampled lock or GIL wait's kind (`enum pp_wait_kind`), or None for
+    /// a timer sample.
+    pub fn wait_kind(&self) -> Option<u32> {
+        (self.flags & FLAG_WAIT != 0).then_some((self.flags >> WAIT_KIND_SHIFT) & 0xff)
+    }
+
     /// Parses a ring-buffer record (`struct ps_sample`); `None` when it is
     /// malformed.
     pub fn from_bytes(b: &[u8]) -> Option<RawSample> {
@@ -52,7 +63,7 @@ impl RawSample {
         let u32_at = |o: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
         };
-        let len = u32_at(48)? as usize;
+        let len = u32_at(56)? as usize;
         if len > STACK_BYTES {
             return None;
         }
@@ -64,6 +75,7 @@ impl RawSample {
             sp: u64_at(24)?,
             bp: u64_at(32)?,
             kstack_id: u64_at(40)? as i64,
+            wait_ns: u64_at(48)?,
             stack: b.get(SAMPLE_HEAD..SAMPLE_HEAD + len)?.to_vec(),
         })
     }
@@ -202,6 +214,8 @@ mod tests {
         assert_eq!(define("PS_STACK_BYTES"), STACK_BYTES);
         assert_eq!(define("PS_SAMPLE_HEAD"), SAMPLE_HEAD);
         assert_eq!(define("PS_FLAG_IN_KERNEL") as u32, FLAG_IN_KERNEL);
+        assert_eq!(define("PS_FLAG_WAIT") as u32, FLAG_WAIT);
+        assert_eq!(define("PS_WAIT_KIND_SHIFT") as u32, WAIT_KIND_SHIFT);
         let count = h
             .lines()
             .find_map(|l| l.trim().strip_prefix("PS_DROP__COUNT = "))
@@ -223,14 +237,19 @@ mod tests {
         b[8..12].copy_from_slice(&7u32.to_ne_bytes());
         b[16..24].copy_from_slice(&0x1234u64.to_ne_bytes());
         b[40..48].copy_from_slice(&(-1i64).to_ne_bytes());
-        b[48..52].copy_from_slice(&16u32.to_ne_bytes());
+        b[56..60].copy_from_slice(&16u32.to_ne_bytes());
         let s = RawSample::from_bytes(&b).expect("parse");
         assert_eq!(
-            (s.tid, s.ip, s.kstack_id, s.stack.len()),
-            (7, 0x1234, -1, 16)
+            (s.tid, s.ip, s.kstack_id, s.stack.len(), s.wait_kind()),
+            (7, 0x1234, -1, 16, None)
         );
+        // A sampled GIL wait (kind 2) of 5 us.
+        b[12..16].copy_from_slice(&(FLAG_WAIT | 2 << WAIT_KIND_SHIFT).to_ne_bytes());
+        b[48..56].copy_from_slice(&5000u64.to_ne_bytes());
+        let s = RawSample::from_bytes(&b).expect("parse");
+        assert_eq!((s.wait_kind(), s.wait_ns), (Some(2), 5000));
         // A length past the record is malformed, not a panic.
-        b[48..52].copy_from_slice(&64u32.to_ne_bytes());
+        b[56..60].copy_from_slice(&64u32.to_ne_bytes());
         assert!(RawSample::from_bytes(&b).is_none());
     }
 }
