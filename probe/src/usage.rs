@@ -820,12 +820,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// Emits the thread, attribution, I/O and lock-site events of one poll
     /// (call right after the poll, with its instant).
     pub fn on_poll(&mut self, sink: &mut EventSink, mono_ns: u64) -> Result<()> {
-        if self.started.is_none() {
-            self.started = Some(Instant::now());
-            self.tick();
-        }
         // Threads first, at the poll's instant: the process CPU of the poll
         // was read just before, and the two must describe the same moment.
+        // The first window opens after them: attaching its probes takes tens
+        // of ms, and threads read after it would start the recording's
+        // per-thread CPU later than the process CPU (measured: 1-2.6% short).
         let tasks = threads::tasks(self.pid);
         let bpf_threads = self.bpf.threads()?;
         if let Some(reg) = &mut self.registry {
@@ -882,6 +881,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             mono_ns,
             threads: observed,
         })?;
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+            self.tick();
+        }
         self.process_io();
 
         let key_to_tid: HashMap<u32, u32> = bpf_threads
