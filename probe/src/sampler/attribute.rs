@@ -249,4 +249,49 @@ mod tests {
         );
         assert_eq!(role_of_frame("memcpy"), None);
     }
+
+    #[test]
+    fn unwound_wait_stacks_give_the_shape_counters_the_total() {
+        let f = |v: &[&str]| v.iter().map(|x| Arc::from(*x)).collect::<Vec<Arc<str>>>();
+        let mut s = SampledStacks::default();
+        // Two sampled GIL waits' stacks (down to take_gil's caller), 3:1.
+        let compute = f(&[
+            "start_thread",
+            "tensorflow::PyFuncOp::Compute",
+            "PyGILState_Ensure",
+        ]);
+        s.waits.insert((7, 2, compute), 300);
+        s.waits
+            .insert((8, 2, f(&["_start", "PyEval_RestoreThread"])), 100);
+        let mut ctx = StackContext::default();
+        ctx.thread_ops.insert(7, "Root::ParallelMapV2".into());
+        ctx.wait_leaf.insert(2, "take_gil".into());
+        // The counters: 4,000 ns of GIL wait in all (frame-pointer stacks,
+        // replaced), and 50 ns of mutex wait (kept: no unwound stacks).
+        let lock = |wait_kind, kind, frames: &[&str], ns| LockStack {
+            tid: 7,
+            wait_kind,
+            kind,
+            frames: frames.iter().map(|x| x.to_string()).collect(),
+            ns,
+        };
+        ctx.locks = vec![
+            lock(2, LockKind::Gil, &["take_gil"], 4000),
+            lock(0, LockKind::Mutex, &["LockSlow"], 50),
+        ];
+        let text = folded_text(&attribute(&s, &ctx), FoldedKind::Locks);
+        assert!(
+            text.contains(
+                "[ParallelMapV2];tid 7;start_thread;tensorflow::PyFuncOp::Compute;\
+                 PyGILState_Ensure;take_gil;[lock: gil] 3000"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("PyEval_RestoreThread;take_gil;[lock: gil] 1000"),
+            "{text}"
+        );
+        assert!(text.contains("LockSlow;[lock: mutex] 50"), "{text}");
+        assert!(!text.contains("[ParallelMapV2];tid 7;take_gil;"), "{text}");
+    }
 }
