@@ -35,29 +35,36 @@ fn stacks_line(stdout: &str) -> (u64, f64) {
     (n, pct)
 }
 
-#[test]
-fn image_pipeline_stacks_under_the_map_op() {
+/// Records a workload for `seconds` with stack sampling at 49 Hz; the
+/// output directory and the probe's stdout.
+fn record_sampled(script: &str, tag: &str, seconds: &str) -> (TestDir, String) {
     require_root();
-    let w = Workload::start("tfrecord_image.py", &[]);
-    let out = tempdir("stacks-image");
+    let w = Workload::start(script, &[]);
+    let out = tempdir(tag);
     let pid = w.pid.to_string();
     let o = run_probe(&[
         "--pid",
         &pid,
         "--duration",
-        "6",
+        seconds,
         "--output",
         out.to_str().expect("utf8"),
         "-q",
         "--sample-hz",
         "49",
     ]);
-    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         o.status.success(),
         "plumber-probe failed: {}\n{stdout}",
         String::from_utf8_lossy(&o.stderr)
     );
+    (out, stdout)
+}
+
+#[test]
+fn image_pipeline_stacks_under_the_map_op() {
+    let (out, stdout) = record_sampled("tfrecord_image.py", "stacks-image", "6");
     let (samples, complete) = stacks_line(&stdout);
     eprintln!("{samples} samples, {complete:.1}% complete");
     for f in ["cpu.svg", "profile.pb.gz", "trace.json", "offcpu.folded"] {
@@ -133,28 +140,8 @@ fn sample_rate_is_checked() {
 /// `PyFuncOp::Compute` to the UDF pool thread's start, under the map op.
 #[test]
 fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
-    require_root();
-    let w = Workload::start("py_function.py", &[]);
-    let out = tempdir("stacks-gil");
-    let pid = w.pid.to_string();
     // Two wait windows (5 s apart) at least.
-    let o = run_probe(&[
-        "--pid",
-        &pid,
-        "--duration",
-        "7",
-        "--output",
-        out.to_str().expect("utf8"),
-        "-q",
-        "--sample-hz",
-        "49",
-    ]);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "plumber-probe failed: {}\n{stdout}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (out, _) = record_sampled("py_function.py", "stacks-gil", "7");
     assert!(out.join("locks.svg").exists(), "locks.svg missing");
     let locks = folded(&out, "locks.folded");
     let gil: Vec<&(String, u64)> = locks

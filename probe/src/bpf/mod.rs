@@ -428,16 +428,13 @@ impl<'obj> Bpf<'obj> {
         sink: Rc<RefCell<Vec<RawSample>>>,
         bad: Rc<RefCell<u64>>,
     ) -> Result<RingBuffer<'_>, BpfError> {
-        let mut b = RingBufferBuilder::new();
-        b.add(&self.skel.maps.wait_samples, move |data: &[u8]| {
-            match RawSample::from_bytes(data) {
-                Some(s) => sink.borrow_mut().push(s),
-                None => *bad.borrow_mut() += 1,
-            }
-            0
-        })
-        .map_err(|e| BpfError::Map("wait_samples", e))?;
-        b.build().map_err(|e| BpfError::Map("wait_samples", e))
+        reader(
+            &self.skel.maps.wait_samples,
+            "wait_samples",
+            RawSample::from_bytes,
+            sink,
+            bad,
+        )
     }
 
     /// Rewrites one u32 of the BPF side's .bss (offsets from the generated
@@ -526,16 +523,13 @@ impl<'obj> Bpf<'obj> {
         sink: Rc<RefCell<Vec<IoEvent>>>,
         bad: Rc<RefCell<u64>>,
     ) -> Result<RingBuffer<'_>, BpfError> {
-        let mut b = RingBufferBuilder::new();
-        b.add(&self.skel.maps.io_events, move |data: &[u8]| {
-            match IoEvent::from_bytes(data) {
-                Some(e) => sink.borrow_mut().push(e),
-                None => *bad.borrow_mut() += 1,
-            }
-            0
-        })
-        .map_err(|e| BpfError::Map("io_events", e))?;
-        b.build().map_err(|e| BpfError::Map("io_events", e))
+        reader(
+            &self.skel.maps.io_events,
+            "io_events",
+            IoEvent::from_bytes,
+            sink,
+            bad,
+        )
     }
 
     /// Iterator pointers seen by the discovery probe, with hit counts.
@@ -599,17 +593,35 @@ impl<'obj> Bpf<'obj> {
         sink: Rc<RefCell<Vec<RetiredEvent>>>,
         bad: Rc<RefCell<u64>>,
     ) -> Result<RingBuffer<'_>, BpfError> {
-        let mut b = RingBufferBuilder::new();
-        b.add(&self.skel.maps.events, move |data: &[u8]| {
-            match RetiredEvent::from_bytes(data) {
-                Some(e) => sink.borrow_mut().push(e),
-                None => *bad.borrow_mut() += 1,
-            }
-            0
-        })
-        .map_err(|e| BpfError::Map("events", e))?;
-        b.build().map_err(|e| BpfError::Map("events", e))
+        reader(
+            &self.skel.maps.events,
+            "events",
+            RetiredEvent::from_bytes,
+            sink,
+            bad,
+        )
     }
+}
+
+/// A reader of one ring buffer whose records `parse` decodes into `sink`;
+/// records it rejects are counted in `bad`.
+fn reader<'m, T: 'static>(
+    map: &'m libbpf_rs::Map<'_>,
+    name: &'static str,
+    parse: fn(&[u8]) -> Option<T>,
+    sink: Rc<RefCell<Vec<T>>>,
+    bad: Rc<RefCell<u64>>,
+) -> Result<RingBuffer<'m>, BpfError> {
+    let mut b = RingBufferBuilder::new();
+    b.add(map, move |data: &[u8]| {
+        match parse(data) {
+            Some(e) => sink.borrow_mut().push(e),
+            None => *bad.borrow_mut() += 1,
+        }
+        0
+    })
+    .map_err(|e| BpfError::Map(name, e))?;
+    b.build().map_err(|e| BpfError::Map(name, e))
 }
 
 /// The addresses of a BPF stack-trace map entry, innermost first (empty
