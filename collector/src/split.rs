@@ -95,6 +95,19 @@ impl WaitKind {
     }
 }
 
+impl WaitCounters {
+    /// Field by field, the larger of the two: for cumulative counters that
+    /// must not decrease.
+    pub fn max_each(&self, other: &WaitCounters) -> WaitCounters {
+        let mut out = WaitCounters::default();
+        for k in WaitKind::ALL {
+            let ns = k.ns(self).max(k.ns(other));
+            k.add(&mut out, ns, k.count(self).max(k.count(other)));
+        }
+        out
+    }
+}
+
 /// `last - base`, field by field, clamped at 0; also returns how many
 /// fields went backwards.
 pub(crate) fn sub_waits(last: &WaitCounters, base: &WaitCounters) -> (WaitCounters, u64) {
@@ -125,6 +138,40 @@ mod tests {
 
     fn sum(v: &[(char, u64)]) -> u64 {
         v.iter().map(|(_, s)| s).sum()
+    }
+
+    #[test]
+    fn max_each_takes_every_field_from_the_larger() {
+        let a = WaitCounters {
+            lock_wait_ns: 5,
+            lock_waits: 1,
+            gil_wait_ns: 2,
+            io_wait_ns: 9,
+            ..Default::default()
+        };
+        let b = WaitCounters {
+            lock_wait_ns: 3,
+            lock_waits: 2,
+            cond_wait_ns: 4,
+            cond_waits: 1,
+            gil_waits: 7,
+            futex_wait_ns: 1,
+            futex_waits: 1,
+            ..Default::default()
+        };
+        let want = WaitCounters {
+            lock_wait_ns: 5,
+            lock_waits: 2,
+            cond_wait_ns: 4,
+            cond_waits: 1,
+            gil_wait_ns: 2,
+            gil_waits: 7,
+            futex_wait_ns: 1,
+            futex_waits: 1,
+            io_wait_ns: 9,
+        };
+        assert_eq!(a.max_each(&b), want);
+        assert_eq!(b.max_each(&a), want);
     }
 
     #[test]

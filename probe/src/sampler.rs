@@ -29,7 +29,6 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::RingBufferBuilder;
 use plumber_collector::event::Drop as DropCount;
 use tracing::{debug, info, warn};
 
@@ -265,25 +264,16 @@ fn worker(
     };
     let raw: std::rc::Rc<std::cell::RefCell<Vec<RawSample>>> = Default::default();
     let malformed = std::rc::Rc::new(std::cell::RefCell::new(0u64));
-    let rb = {
-        let (raw, malformed) = (raw.clone(), malformed.clone());
-        let mut b = RingBufferBuilder::new();
-        let built = b
-            .add(&sbpf.skel.maps.samples, move |data: &[u8]| {
-                match RawSample::from_bytes(data) {
-                    Some(s) => raw.borrow_mut().push(s),
-                    None => *malformed.borrow_mut() += 1,
-                }
-                0
-            })
-            .map(|_| ())
-            .and_then(|()| b.build());
-        match built {
-            Ok(rb) => rb,
-            Err(e) => {
-                let _ = ready.send(Err(SamplerError::Map("samples", e)));
-                return SampledStacks::default();
-            }
+    let rb = match crate::bpf::ring_reader(
+        &sbpf.skel.maps.samples,
+        RawSample::from_bytes,
+        raw.clone(),
+        malformed.clone(),
+    ) {
+        Ok(rb) => rb,
+        Err(e) => {
+            let _ = ready.send(Err(SamplerError::Map("samples", e)));
+            return SampledStacks::default();
         }
     };
     match sbpf.attach(hz) {

@@ -183,7 +183,7 @@ pub struct Usage<'a, 'obj> {
     /// tid -> op path -> attributed CPU ns: which op each thread works for,
     /// for the stack sampler's threads without a GetNextInternal frame.
     thread_op_cpu: HashMap<u32, HashMap<String, u64>>,
-    /// Per thread, the wait counters last emitted: see [`monotonic`].
+    /// Per thread, the wait counters last emitted: see `emit_waits`.
     waits_emitted: HashMap<u32, WaitCounters>,
     /// Sampled waits' stack copies, handed to the stack sampler.
     wait_stacks: Option<WaitStacks<'a>>,
@@ -940,7 +940,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// takes a decrease for a broken counter.
     fn emit_waits(&mut self, tid: u32, now: WaitCounters) -> WaitCounters {
         let out = match self.waits_emitted.get(&tid) {
-            Some(prev) => monotonic(prev, &now),
+            Some(prev) => prev.max_each(&now),
             None => now,
         };
         self.waits_emitted.insert(tid, out);
@@ -1096,21 +1096,6 @@ fn wait_counters(w: &Waits, block_scale: f64, wait_scale: f64) -> WaitCounters {
         futex_wait_ns: 0,
         futex_waits: 0,
         io_wait_ns: w.ns[bt::WAIT_IO],
-    }
-}
-
-/// Field by field, the larger of two sets of cumulative counters.
-fn monotonic(prev: &WaitCounters, now: &WaitCounters) -> WaitCounters {
-    WaitCounters {
-        lock_wait_ns: prev.lock_wait_ns.max(now.lock_wait_ns),
-        lock_waits: prev.lock_waits.max(now.lock_waits),
-        cond_wait_ns: prev.cond_wait_ns.max(now.cond_wait_ns),
-        cond_waits: prev.cond_waits.max(now.cond_waits),
-        gil_wait_ns: prev.gil_wait_ns.max(now.gil_wait_ns),
-        gil_waits: prev.gil_waits.max(now.gil_waits),
-        futex_wait_ns: prev.futex_wait_ns.max(now.futex_wait_ns),
-        futex_waits: prev.futex_waits.max(now.futex_waits),
-        io_wait_ns: prev.io_wait_ns.max(now.io_wait_ns),
     }
 }
 

@@ -603,15 +603,25 @@ impl<'obj> Bpf<'obj> {
     }
 }
 
-/// A reader of one ring buffer whose records `parse` decodes into `sink`;
-/// records it rejects are counted in `bad`.
-fn reader<'m, T: 'static>(
-    map: &'m libbpf_rs::Map<'_>,
+/// [`ring_reader`] for a map of this object, its errors naming the map.
+fn reader<T: 'static>(
+    map: &dyn MapCore,
     name: &'static str,
     parse: fn(&[u8]) -> Option<T>,
     sink: Rc<RefCell<Vec<T>>>,
     bad: Rc<RefCell<u64>>,
-) -> Result<RingBuffer<'m>, BpfError> {
+) -> Result<RingBuffer<'static>, BpfError> {
+    ring_reader(map, parse, sink, bad).map_err(|e| BpfError::Map(name, e))
+}
+
+/// A reader of one ring buffer whose records `parse` decodes into `sink`;
+/// records it rejects are counted in `bad`. Also the stack sampler's.
+pub(crate) fn ring_reader<T: 'static>(
+    map: &dyn MapCore,
+    parse: fn(&[u8]) -> Option<T>,
+    sink: Rc<RefCell<Vec<T>>>,
+    bad: Rc<RefCell<u64>>,
+) -> Result<RingBuffer<'static>, libbpf_rs::Error> {
     let mut b = RingBufferBuilder::new();
     b.add(map, move |data: &[u8]| {
         match parse(data) {
@@ -619,9 +629,8 @@ fn reader<'m, T: 'static>(
             None => *bad.borrow_mut() += 1,
         }
         0
-    })
-    .map_err(|e| BpfError::Map(name, e))?;
-    b.build().map_err(|e| BpfError::Map(name, e))
+    })?;
+    b.build()
 }
 
 /// The addresses of a BPF stack-trace map entry, innermost first (empty
