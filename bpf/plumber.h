@@ -138,6 +138,16 @@ struct pp_thread {
 
 #define PP_THREAD_EXITED 1u
 
+/* A followed file descriptor (the fds map's value). The user stack at a
+ * read names the op reading; walking it costs several us, so it is taken
+ * at the fd's first read by a thread and reused for that thread's next
+ * reads of the fd (another thread walks again). read_tid 0: none yet. */
+struct pp_fd {
+	__s64 read_stack;
+	__u32 read_tid;
+	__u32 _pad;
+};
+
 struct pp_attr_key {
 	__u32 tid;		/* global tid */
 	__u32 _pad;

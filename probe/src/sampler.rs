@@ -166,7 +166,10 @@ impl Sampler {
         let stop2 = stop.clone();
         let worker = std::thread::Builder::new()
             .name("plumber-sampler".into())
-            .spawn(move || worker(pid, hz, &stop2, ready_tx, waits_rx))
+            .spawn(move || {
+                crate::record::leave_stop_signals_to_main();
+                worker(pid, hz, &stop2, ready_tx, waits_rx)
+            })
             .map_err(SamplerError::Thread)?;
         let t0 = Instant::now();
         match ready_rx.recv() {

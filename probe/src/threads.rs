@@ -25,41 +25,129 @@ pub struct Task {
     pub cpu_ns: u64,
 }
 
-/// The target's live threads.
-pub fn tasks(pid: i32) -> Vec<Task> {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in dir.flatten() {
-        let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let base = format!("/proc/{pid}/task/{tid}");
-        // A thread that exits while we read is skipped; its last values
-        // come from BPF.
-        let Ok(sched) = fs::read_to_string(format!("{base}/schedstat")) else {
-            continue;
-        };
-        let Some(cpu_ns) = sched.split_whitespace().next().and_then(|v| v.parse().ok()) else {
-            continue;
-        };
-        let comm = fs::read_to_string(format!("{base}/comm"))
-            .map(|s| s.trim_end().to_string())
-            .unwrap_or_default();
-        let inner_tid = fs::read_to_string(format!("{base}/status"))
-            .ok()
-            .and_then(|s| inner_tid(&s))
-            .unwrap_or(tid);
-        out.push(Task {
-            tid,
-            inner_tid,
-            comm,
-            cpu_ns,
-        });
+/// Most threads whose schedstat file is kept open between polls: beyond
+/// that, files are opened at each read (a process may have thousands of
+/// threads, and our descriptors are limited).
+const MAX_OPEN: usize = 256;
+/// Polls between two reads of a thread's name (threads name themselves
+/// early, and rarely again).
+const COMM_EVERY: u32 = 16;
+
+/// Reads the target's threads poll after poll, cheaply: each thread's
+/// schedstat stays open and is read again from offset 0; its namespace tid
+/// is read once and its name now and then. Every poll of ours takes CPU
+/// from the target on a busy machine, and reopening three files per thread
+/// per poll was most of a poll's work.
+pub struct TaskReader {
+    pid: i32,
+    known: HashMap<u32, Known>,
+}
+
+struct Known {
+    sched: Option<fs::File>,
+    inner_tid: u32,
+    comm: String,
+    reads: u32,
+}
+
+impl TaskReader {
+    pub fn new(pid: i32) -> Self {
+        TaskReader {
+            pid,
+            known: HashMap::new(),
+        }
     }
-    out.sort_by_key(|t| t.tid);
-    out
+
+    /// The live threads, sorted by tid.
+    pub fn read(&mut self) -> Vec<Task> {
+        let pid = self.pid;
+        let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            self.known.clear();
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut live = HashSet::new();
+        for e in dir.flatten() {
+            let Some(tid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            live.insert(tid);
+            // A file kept open that no longer reads belongs to an exited
+            // thread whose tid came back: start again.
+            let cpu = self.known.get_mut(&tid).and_then(|k| {
+                let f = k.sched.as_ref()?;
+                let v = read_at_start(f).and_then(|s| first_u64(&s));
+                if v.is_none() {
+                    k.sched = None;
+                }
+                v
+            });
+            let (cpu_ns, fresh) = match cpu {
+                Some(v) => (v, false),
+                None => {
+                    // A thread that exits while we read is skipped; its
+                    // last values come from BPF.
+                    let base = format!("/proc/{pid}/task/{tid}");
+                    let Ok(f) = fs::File::open(format!("{base}/schedstat")) else {
+                        self.known.remove(&tid);
+                        continue;
+                    };
+                    let Some(v) = read_at_start(&f).and_then(|s| first_u64(&s)) else {
+                        self.known.remove(&tid);
+                        continue;
+                    };
+                    let inner_tid = fs::read_to_string(format!("{base}/status"))
+                        .ok()
+                        .and_then(|s| inner_tid(&s))
+                        .unwrap_or(tid);
+                    let keep = self.known.len() < MAX_OPEN || self.known.contains_key(&tid);
+                    self.known.insert(
+                        tid,
+                        Known {
+                            sched: keep.then_some(f),
+                            inner_tid,
+                            comm: String::new(),
+                            reads: 0,
+                        },
+                    );
+                    (v, true)
+                }
+            };
+            let Some(k) = self.known.get_mut(&tid) else {
+                continue;
+            };
+            if fresh || k.reads.is_multiple_of(COMM_EVERY) {
+                k.comm = fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .map(|s| s.trim_end().to_string())
+                    .unwrap_or_default();
+            }
+            k.reads = k.reads.wrapping_add(1);
+            out.push(Task {
+                tid,
+                inner_tid: k.inner_tid,
+                comm: k.comm.clone(),
+                cpu_ns,
+            });
+        }
+        self.known.retain(|tid, _| live.contains(tid));
+        out.sort_by_key(|t| t.tid);
+        out
+    }
+}
+
+/// The whole of a small /proc file, read again from its start.
+fn read_at_start(f: &fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 128];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    if n == 0 {
+        return None;
+    }
+    String::from_utf8(buf[..n].to_vec()).ok()
+}
+
+fn first_u64(s: &str) -> Option<u64> {
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// The innermost PID namespace's tid from /proc/.../status `NSpid:`.
@@ -230,8 +318,18 @@ mod tests {
     #[test]
     fn own_tasks_have_cpu() {
         let me = std::process::id() as i32;
-        let t = tasks(me);
+        let mut r = TaskReader::new(me);
+        let t = r.read();
         assert!(t.iter().any(|t| t.tid == me as u32));
         assert!(t.iter().all(|t| t.cpu_ns > 0 || t.tid != me as u32));
+        // Read again through the files kept open: same threads, CPU time
+        // not going back, a thread that came and went no longer listed.
+        let gone = std::thread::spawn(|| (0..100_000u64).sum::<u64>());
+        let _ = gone.join();
+        let u = r.read();
+        assert!(u.iter().any(|t| t.tid == me as u32));
+        let cpu = |v: &[Task]| v.iter().find(|t| t.tid == me as u32).map(|t| t.cpu_ns);
+        assert!(cpu(&u) >= cpu(&t));
+        assert!(r.known.keys().all(|tid| u.iter().any(|t| t.tid == *tid)));
     }
 }

@@ -60,6 +60,9 @@ const PERIOD: Duration = Duration::from_millis(5000);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
+/// Polls between two walks of the thread name registry while the set of
+/// threads stays the same.
+const REGISTRY_EVERY: u32 = 16;
 
 /// The part of a window that is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +160,14 @@ pub struct Usage<'a, 'obj> {
     windows_closed: Duration,
     /// sched_switch could not be attached (or is skipped).
     no_switch: bool,
+    task_reader: threads::TaskReader,
+    /// The threads at the last walk of the name registry, and polls since
+    /// the start.
+    registry_tids: Vec<u32>,
+    registry_polls: u32,
+    /// The open window's sched_switch link: a tracepoint, detached without
+    /// the uprobes' warm-up.
+    switch_link: Option<Link>,
     /// Stacks are left unnamed (PLUMBER_PROBE_SKIP=symbolize).
     no_symbolize: bool,
     last_window: Option<Instant>,
@@ -267,6 +278,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             started: None,
             windows_closed: Duration::ZERO,
             no_switch: skip("sched_switch"),
+            task_reader: threads::TaskReader::new(target.pid),
+            registry_tids: Vec::new(),
+            registry_polls: 0,
+            switch_link: None,
             no_symbolize: skip("symbolize"),
             last_window: None,
             registry,
@@ -341,33 +356,38 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             warn!("attribution window not started: {e}");
             return;
         }
-        // Before sched_switch: a block inside a slow path is not a
-        // condition wait, and only these probes can tell.
-        if self.mode == Attribution::Sampled {
-            self.attach_waits();
-        }
-        let mut links = Vec::new();
-        if !self.no_switch {
-            match self.bpf.attach_switch() {
-                Ok(l) => links.push(l),
-                Err(e) => {
-                    warn!("no condition-wait timing or attribution: {e}");
-                    self.attach_failures += 1;
-                    // Do not retry every window.
-                    self.no_switch = true;
+        // One warm-up for all the window's uprobes (see Bpf::quietly).
+        let bpf = self.bpf;
+        let links = bpf.quietly(|| {
+            // Before sched_switch: a block inside a slow path is not a
+            // condition wait, and only these probes can tell.
+            if self.mode == Attribution::Sampled {
+                self.attach_waits();
+            }
+            if !self.no_switch {
+                match bpf.attach_switch() {
+                    Ok(l) => self.switch_link = Some(l),
+                    Err(e) => {
+                        warn!("no condition-wait timing or attribution: {e}");
+                        self.attach_failures += 1;
+                        // Do not retry every window.
+                        self.no_switch = true;
+                    }
                 }
             }
-        }
-        if let Some(p) = &self.record_stop {
-            match self.bpf.attach_record_stop(&p.lib, p.file_offset) {
-                Ok(l) => links.push(l),
-                Err(e) => {
-                    warn!("no attribution of CPU to ops: {e}");
-                    self.attach_failures += 1;
-                    self.record_stop = None;
+            let mut links = Vec::new();
+            if let Some(p) = &self.record_stop {
+                match bpf.attach_record_stop(&p.lib, p.file_offset) {
+                    Ok(l) => links.push(l),
+                    Err(e) => {
+                        warn!("no attribution of CPU to ops: {e}");
+                        self.attach_failures += 1;
+                        self.record_stop = None;
+                    }
                 }
             }
-        }
+            links
+        });
         self.window = Some((links, Instant::now()));
         self.phase = Phase::Attribution;
     }
@@ -442,6 +462,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         match self.phase {
             Phase::Attribution => {
                 self.windows_closed += open;
+                drop(self.switch_link.take());
                 self.bpf.detach(links);
                 if then_waits && !self.wait_links.is_empty() {
                     self.count_waits(true);
@@ -464,6 +485,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             if let Some((links, since)) = self.window.take() {
                 self.windows_closed += since.elapsed();
                 self.waits_closed += since.elapsed();
+                drop(self.switch_link.take());
                 self.bpf.detach(links);
             }
             self.detach_waits();
@@ -825,9 +847,15 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // The first window opens after them: attaching its probes takes tens
         // of ms, and threads read after it would start the recording's
         // per-thread CPU later than the process CPU (measured: 1-2.6% short).
-        let tasks = threads::tasks(self.pid);
+        let tasks = self.task_reader.read();
         let bpf_threads = self.bpf.threads()?;
-        if let Some(reg) = &mut self.registry {
+        // The registry is walked when threads came or went, and now and
+        // then for names registered after we first saw their thread.
+        let tids: Vec<u32> = tasks.iter().map(|t| t.tid).collect();
+        self.registry_polls = self.registry_polls.wrapping_add(1);
+        let look = tids != self.registry_tids || self.registry_polls.is_multiple_of(REGISTRY_EVERY);
+        if let Some(reg) = self.registry.as_mut().filter(|_| look) {
+            self.registry_tids = tids;
             let by_inner = reg.names(&tasks);
             for t in &tasks {
                 if let Some(n) = by_inner.get(&t.inner_tid) {

@@ -54,6 +54,8 @@ pub struct Bpf<'obj> {
     skel: ProbeSkel<'obj>,
     pid: i32,
     reaper: Reaper,
+    /// Inside [`Bpf::quietly`]: nested calls need no warm-up of their own.
+    warm: std::cell::Cell<bool>,
 }
 
 /// Removes the grace-period warm-up probes (see [`Bpf::quietly`]) on a
@@ -69,8 +71,10 @@ impl Reaper {
         let (tx, rx) = mpsc::channel::<Link>();
         match std::thread::Builder::new()
             .name("plumber-reaper".into())
-            .spawn(move || rx.into_iter().for_each(drop))
-        {
+            .spawn(move || {
+                crate::record::leave_stop_signals_to_main();
+                rx.into_iter().for_each(drop)
+            }) {
             Ok(thread) => Reaper {
                 tx: Some(tx),
                 thread: Some(thread),
@@ -150,6 +154,7 @@ impl<'obj> Bpf<'obj> {
             skel,
             pid,
             reaper: Reaper::new(),
+            warm: std::cell::Cell::new(false),
         })
     }
 
@@ -185,7 +190,15 @@ impl<'obj> Bpf<'obj> {
     /// hit the probe while the kernel (un)registers it block for an RCU
     /// grace period, every pipeline thread at once for `record_stop`
     /// (measured: 4 threads blocked 6-8 ms at each window's end).
+    ///
+    /// Attaches may be grouped in one call: a registration keeps the grace
+    /// period paid for the next ones right after it. Detaches may not: each
+    /// waits for further grace periods after its unregistration, long
+    /// enough for the warm-up to lapse, so [`Bpf::detach`] warms each.
     pub fn quietly<T>(&self, f: impl FnOnce() -> T) -> T {
+        if self.warm.get() {
+            return f();
+        }
         let warm = std::env::current_exe().ok().and_then(|exe| {
             // Our own executable: the target does not map it, so the
             // registration installs nothing and no one waits for it.
@@ -196,7 +209,9 @@ impl<'obj> Bpf<'obj> {
                 .map_err(|e| debug!("grace-period warm-up probe not attached: {e}"))
                 .ok()
         });
+        self.warm.set(warm.is_some());
         let out = f();
+        self.warm.set(false);
         if let Some(w) = warm {
             self.reaper.remove(w);
         }
@@ -492,7 +507,8 @@ impl<'obj> Bpf<'obj> {
         self.skel
             .maps
             .fds
-            .update(&fd.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            // struct pp_fd with no stack yet (read_tid 0).
+            .update(&fd.to_ne_bytes(), &[0u8; 16], MapFlags::ANY)
             .map_err(|e| BpfError::Map("fds", e))
     }
 
