@@ -63,11 +63,34 @@ impl Memory {
     pub fn std_string(&self, addr: u64, max: u64) -> Result<String, MemError> {
         let p = self.u64(addr)?;
         let len = self.u64(addr + 8)?;
+        self.std_string_from(addr, (p, len), max, (0, &[]))
+    }
+
+    /// The same from the string's header `(p, len)`, read already with the
+    /// object holding it (at `addr`): the characters are taken from `held`
+    /// (bytes read at `held.0`) when they lie there, as a short string's
+    /// do, and read otherwise.
+    pub fn std_string_from(
+        &self,
+        addr: u64,
+        (p, len): (u64, u64),
+        max: u64,
+        held: (u64, &[u8]),
+    ) -> Result<String, MemError> {
         if len == 0 || len > max || p == 0 {
             return Err(MemError::BadString { addr, len });
         }
-        let mut buf = vec![0u8; len as usize];
-        self.read(p, &mut buf)?;
+        let inside = p
+            .checked_sub(held.0)
+            .and_then(|at| held.1.get(at as usize..(at + len) as usize));
+        let buf = match inside {
+            Some(b) => b.to_vec(),
+            None => {
+                let mut b = vec![0u8; len as usize];
+                self.read(p, &mut b)?;
+                b
+            }
+        };
         String::from_utf8(buf).map_err(|_| MemError::BadString { addr, len })
     }
 }

@@ -109,27 +109,18 @@ impl ModelReader {
         if !(0..1 << 40).contains(&id) {
             return Err(invalid("id out of range"));
         }
-        // libstdc++ std::string {char* p; size_t len; ...}: the characters
-        // are in the node (short names) or on the heap.
-        let (p, len) = (rd(self.l.name) as u64, rd(self.l.name + 8) as u64);
-        if len == 0 || len > 64 || p == 0 {
-            return Err(invalid("name is not a string"));
-        }
-        let inside = p
-            .checked_sub(addr + lo as u64)
-            .map(|at| at as usize)
-            .and_then(|at| buf.get(at..at + len as usize));
-        let bytes = match inside {
-            Some(b) => b.to_vec(),
-            None => {
-                let mut b = vec![0u8; len as usize];
-                self.mem
-                    .read(p, &mut b)
-                    .map_err(|_| invalid("name is not a string"))?;
-                b
-            }
-        };
-        let name = String::from_utf8(bytes).map_err(|_| invalid("name is not a string"))?;
+        // libstdc++ std::string {char* p; size_t len; ...}: short names
+        // are in the node, already read.
+        let header = (rd(self.l.name) as u64, rd(self.l.name + 8) as u64);
+        let name = self
+            .mem
+            .std_string_from(
+                addr + self.l.name as u64,
+                header,
+                64,
+                (addr + lo as u64, &buf),
+            )
+            .map_err(|_| invalid("name is not a string"))?;
         if !plausible_name(&name) {
             return Err(invalid("implausible name"));
         }
