@@ -29,13 +29,10 @@ pub struct Task {
 /// that, files are opened at each read (a process may have thousands of
 /// threads, and our descriptors are limited).
 const MAX_OPEN: usize = 256;
-/// Polls between two reads of a thread's name (threads name themselves
-/// early, and rarely again).
-const COMM_EVERY: u32 = 16;
 
 /// Reads the target's threads poll after poll, cheaply: each thread's
-/// schedstat stays open and is read again from offset 0; its namespace tid
-/// is read once and its name now and then. Every poll of ours takes CPU
+/// schedstat and comm stay open and are read again from offset 0; its
+/// namespace tid is read once. Every poll of ours takes CPU
 /// from the target on a busy machine, and reopening three files per thread
 /// per poll was most of a poll's work.
 pub struct TaskReader {
@@ -45,9 +42,8 @@ pub struct TaskReader {
 
 struct Known {
     sched: Option<fs::File>,
+    comm: Option<fs::File>,
     inner_tid: u32,
-    comm: String,
-    reads: u32,
 }
 
 impl TaskReader {
@@ -82,8 +78,8 @@ impl TaskReader {
                 }
                 v
             });
-            let (cpu_ns, fresh) = match cpu {
-                Some(v) => (v, false),
+            let cpu_ns = match cpu {
+                Some(v) => v,
                 None => {
                     // A thread that exits while we read is skipped; its
                     // last values come from BPF.
@@ -101,31 +97,29 @@ impl TaskReader {
                         .and_then(|s| inner_tid(&s))
                         .unwrap_or(tid);
                     let keep = self.known.len() < MAX_OPEN || self.known.contains_key(&tid);
+                    let comm = fs::File::open(format!("{base}/comm")).ok();
                     self.known.insert(
                         tid,
                         Known {
                             sched: keep.then_some(f),
+                            comm: comm.filter(|_| keep),
                             inner_tid,
-                            comm: String::new(),
-                            reads: 0,
                         },
                     );
-                    (v, true)
+                    v
                 }
             };
             let Some(k) = self.known.get_mut(&tid) else {
                 continue;
             };
-            if fresh || k.reads.is_multiple_of(COMM_EVERY) {
-                k.comm = fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                    .map(|s| s.trim_end().to_string())
-                    .unwrap_or_default();
-            }
-            k.reads = k.reads.wrapping_add(1);
+            let comm = match &k.comm {
+                Some(f) => read_at_start(f),
+                None => fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok(),
+            };
             out.push(Task {
                 tid,
                 inner_tid: k.inner_tid,
-                comm: k.comm.clone(),
+                comm: comm.map(|s| s.trim_end().to_string()).unwrap_or_default(),
                 cpu_ns,
             });
         }

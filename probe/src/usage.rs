@@ -60,9 +60,6 @@ const PERIOD: Duration = Duration::from_millis(5000);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
-/// Polls between two walks of the thread name registry while the set of
-/// threads stays the same.
-const REGISTRY_EVERY: u32 = 16;
 
 /// The part of a window that is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,10 +158,6 @@ pub struct Usage<'a, 'obj> {
     /// sched_switch could not be attached (or is skipped).
     no_switch: bool,
     task_reader: threads::TaskReader,
-    /// The threads at the last walk of the name registry, and polls since
-    /// the start.
-    registry_tids: Vec<u32>,
-    registry_polls: u32,
     /// The open window's sched_switch link: a tracepoint, detached without
     /// the uprobes' warm-up.
     switch_link: Option<Link>,
@@ -279,8 +272,6 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             windows_closed: Duration::ZERO,
             no_switch: skip("sched_switch"),
             task_reader: threads::TaskReader::new(target.pid),
-            registry_tids: Vec::new(),
-            registry_polls: 0,
             switch_link: None,
             no_symbolize: skip("symbolize"),
             last_window: None,
@@ -849,13 +840,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // per-thread CPU later than the process CPU (measured: 1-2.6% short).
         let tasks = self.task_reader.read();
         let bpf_threads = self.bpf.threads()?;
-        // The registry is walked when threads came or went, and now and
-        // then for names registered after we first saw their thread.
-        let tids: Vec<u32> = tasks.iter().map(|t| t.tid).collect();
-        self.registry_polls = self.registry_polls.wrapping_add(1);
-        let look = tids != self.registry_tids || self.registry_polls.is_multiple_of(REGISTRY_EVERY);
-        if let Some(reg) = self.registry.as_mut().filter(|_| look) {
-            self.registry_tids = tids;
+        if let Some(reg) = &mut self.registry {
             let by_inner = reg.names(&tasks);
             for t in &tasks {
                 if let Some(n) = by_inner.get(&t.inner_tid) {
