@@ -127,6 +127,30 @@ fn image_pipeline_stacks_under_the_map_op() {
     }
 }
 
+/// The GIL waits that are neither kind the test expects, by root and by
+/// the first link they lack, largest first: what a failed check needs to say.
+fn missing_links<'a>(other: impl Iterator<Item = &'a (String, u64)>) -> String {
+    let mut by: std::collections::BTreeMap<(String, &str), u64> = Default::default();
+    for (s, ns) in other {
+        let root = s.split(';').next().unwrap_or("").to_string();
+        let lacks = if !s.contains(";start_thread;") && !s.contains(";_start;") {
+            "an entry point (start_thread, _start)"
+        } else if !s.contains("PyFuncOp::Compute") {
+            "PyFuncOp::Compute"
+        } else if !(s.contains(";take_gil;") || s.contains(";PyEval_RestoreThread;")) {
+            "take_gil"
+        } else {
+            "the map op as root"
+        };
+        *by.entry((root, lacks)).or_default() += ns;
+    }
+    let mut rows: Vec<_> = by.into_iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
+    rows.iter()
+        .map(|((root, lacks), ns)| format!("  {ns} ns under {root}, lacking {lacks}\n"))
+        .collect()
+}
+
 #[test]
 fn sample_rate_is_checked() {
     let o = run_probe(&["--pid", "1", "--sample-hz", "5000", "--duration", "1"]);
@@ -137,7 +161,8 @@ fn sample_rate_is_checked() {
 /// locks.svg on the py_function workload: the map function's GIL waits,
 /// unwound from a stack copied at the GIL's acquisition (CPython and glibc
 /// have no frame pointers), go all the way up through TensorFlow's
-/// `PyFuncOp::Compute` to the UDF pool thread's start, under the map op.
+/// `PyFuncOp::Compute` to the UDF pool thread's start, under the map op;
+/// the training loop's own waits stay under its op, with their own stacks.
 #[test]
 fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
     // Two wait windows (5 s apart) at least.
@@ -156,13 +181,44 @@ fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
             && s.contains("PyFuncOp::Compute")
             && (s.contains(";take_gil;") || s.contains(";PyEval_RestoreThread;"))
     };
-    let chain_ns: u64 = gil.iter().filter(|(s, _)| chain(s)).map(|(_, c)| c).sum();
-    eprintln!("GIL wait {gil_ns} ns, {chain_ns} ns of it on complete PyFuncOp chains");
-    // The map function's waits are most of the process's GIL wait (the
-    // training loop's Python thread waits for it too, less).
+    // The training loop's own waits (the main thread taking the GIL back
+    // after each element): complete, and under its own op, not the map's.
+    let main_loop = |s: &str| {
+        !s.starts_with("[ParallelMapV2];") && s.contains(";_start;") && s.contains(";Py_RunMain;")
+    };
+    let sum = |f: &dyn Fn(&str) -> bool| -> u64 {
+        gil.iter().filter(|(s, _)| f(s)).map(|(_, c)| c).sum()
+    };
+    let chain_ns = sum(&chain);
+    let main_ns = sum(&main_loop);
+    let other_ns = gil_ns - chain_ns - main_ns;
+    eprintln!(
+        "GIL wait {gil_ns} ns: {chain_ns} on complete PyFuncOp chains, {main_ns} in the \
+         training loop, {other_ns} other"
+    );
+    // How the GIL is shared between the map's pool threads and the
+    // training loop is up to the workload's scheduling; that every wait
+    // has its complete chain under the right op is up to the probe.
     assert!(
-        chain_ns as f64 > 0.5 * gil_ns as f64,
+        other_ns as f64 <= 0.05 * gil_ns as f64,
+        "GIL waits neither on a PyFuncOp chain under the map nor in the training loop: \
+         {other_ns} of {gil_ns} ns, by what they lack:\n{}",
+        missing_links(
+            gil.iter()
+                .copied()
+                .filter(|(s, _)| !chain(s) && !main_loop(s))
+        )
+    );
+    // A wide frame in locks.svg, not a sliver (the map's share has been
+    // 35-87%, the training loop's waits steadier than the map's).
+    assert!(
+        chain_ns as f64 >= 0.1 * gil_ns as f64,
         "GIL chains up to PyFuncOp::Compute: {chain_ns} of {gil_ns} ns"
+    );
+    let svg = std::fs::read_to_string(out.join("locks.svg")).expect("locks.svg");
+    assert!(
+        svg.contains("PyFuncOp::Compute"),
+        "locks.svg does not show PyFuncOp::Compute"
     );
     let r: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
         .expect("report.json");
