@@ -802,7 +802,10 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         let mut usage = self.start_usage();
         rec.sink
             .push(Event::Target(target_info(self.target, "uprobes")))?;
-        let mut prefixes: HashMap<u64, Option<String>> = HashMap::new();
+        // Only prefixes read are kept: a failed read (an iterator caught
+        // while built or torn down, its address soon reused) is tried again
+        // at the next poll, not remembered for the rest of the recording.
+        let mut prefixes: HashMap<u64, String> = HashMap::new();
         let mut window_start = None;
         let mut progress = Progress::new(self.opts.quiet);
         let t0 = Instant::now();
@@ -814,16 +817,18 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             let stats = self.bpf.iter_stats()?;
             let mut by_path: BTreeMap<String, Vec<(u64, crate::bpf::IterStats)>> = BTreeMap::new();
             for (it, s) in stats {
-                let p = prefixes
-                    .entry(it)
-                    .or_insert_with(|| {
-                        self.mem
-                            .std_string(it + prefix_off as u64, 4096)
-                            .ok()
-                            .filter(|p| p.starts_with("Iterator::"))
-                            .map(|p| stable_path(&p))
-                    })
-                    .clone();
+                let p = match prefixes.get(&it) {
+                    Some(p) => Some(p.clone()),
+                    None => self
+                        .mem
+                        .std_string(it + prefix_off as u64, 4096)
+                        .ok()
+                        .filter(|p| p.starts_with("Iterator::"))
+                        .map(|p| stable_path(&p))
+                        .inspect(|p| {
+                            prefixes.insert(it, p.clone());
+                        }),
+                };
                 if let Some(p) = p {
                     by_path.entry(p).or_default().push((it, s));
                 }
