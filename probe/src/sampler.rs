@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use plumber_collector::event::Drop as DropCount;
 use tracing::{debug, info, warn};
 
-pub use attribute::{attribute, LockStack, StackContext};
+pub use attribute::{attribute, IoStack, LockStack, StackContext};
 pub use bpf::RawSample;
 use bpf::{SampleBpf, DROP_NAMES, FLAG_IN_KERNEL};
 use symbols::FrameNames;

@@ -381,6 +381,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         });
         self.window = Some((links, Instant::now()));
         self.phase = Phase::Attribution;
+        // bench/windows.py lines the target's throughput up on these.
+        debug!(phase = "attribution", "window part opened");
     }
 
     /// Attaches the lock and GIL probes (a probe that fails is reported
@@ -459,6 +461,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                     self.count_waits(true);
                     self.window = Some((Vec::new(), Instant::now()));
                     self.phase = Phase::Waits;
+                    debug!(phase = "waits", "window part opened");
                     return;
                 }
             }
@@ -468,6 +471,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             }
         }
         self.detach_waits();
+        debug!("window closed");
     }
 
     /// Closes the open window, whichever part (detaching its probes).
@@ -1007,11 +1011,40 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 wait_leaf.insert(*k as u32, name.to_string());
             }
         }
+        // Bytes read by stack (the read's own, else the open's), for
+        // io.folded; the file is the leaf. The first poll's batch is the
+        // reads before the window, which the recording leaves out too.
+        let mut by_stack: BTreeMap<(u32, i64, String), u64> = BTreeMap::new();
+        for (_, acc) in self.pending_io.iter().skip(1) {
+            for ((path, stacks, tid), f) in acc.iter().filter(|(_, f)| f.bytes_read > 0) {
+                let id = if stacks.read != NO_STACK {
+                    stacks.read
+                } else {
+                    stacks.open
+                };
+                *by_stack.entry((*tid, id, path.clone())).or_default() += f.bytes_read;
+            }
+        }
+        let io = by_stack
+            .into_iter()
+            .map(|((tid, id, path), bytes)| {
+                let mut frames = if id == NO_STACK {
+                    Vec::new()
+                } else {
+                    self.stack_info(id).frames.clone()
+                };
+                frames.reverse();
+                // `;` separates frames in folded stacks.
+                frames.push(format!("[read: {}]", path.replace(';', "_")));
+                crate::sampler::IoStack { tid, frames, bytes }
+            })
+            .collect();
         crate::sampler::StackContext {
             names: self.names.clone(),
             class_paths: self.class_paths.clone(),
             thread_ops,
             locks,
+            io,
             wait_leaf,
         }
     }

@@ -67,8 +67,47 @@ fn image_pipeline_stacks_under_the_map_op() {
     let (out, stdout) = record_sampled("tfrecord_image.py", "stacks-image", "6");
     let (samples, complete) = stacks_line(&stdout);
     eprintln!("{samples} samples, {complete:.1}% complete");
-    for f in ["cpu.svg", "profile.pb.gz", "trace.json", "offcpu.folded"] {
+    for f in [
+        "cpu.svg",
+        "profile.pb.gz",
+        "trace.json",
+        "offcpu.svg",
+        "io.svg",
+    ] {
         assert!(out.join(f).exists(), "{f} missing");
+    }
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
+            .expect("report.json");
+
+    // The pool threads wait for work, the prefetch thread for room.
+    let offcpu = folded(&out, "offcpu.folded");
+    assert!(
+        offcpu
+            .iter()
+            .any(|(s, _)| s.starts_with("[ParallelMapV2];")),
+        "no blocked time under the map op in offcpu.folded"
+    );
+    // Every byte of the recording's file reads, by stack, under the op
+    // that read it, the file as the leaf.
+    let io = folded(&out, "io.folded");
+    let io_bytes: u64 = io.iter().map(|(_, c)| c).sum();
+    let read: f64 = report["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .filter_map(|f| f["bytes_read"].as_f64())
+        .sum();
+    assert!(io_bytes > 0, "io.folded is empty");
+    assert_eq!(
+        io_bytes as f64, read,
+        "io.folded bytes vs report.json files"
+    );
+    for (s, _) in &io {
+        assert!(
+            s.starts_with("[TFRecord];") && s.ends_with(".tfrecord]"),
+            "read not under TFRecord: {s}"
+        );
     }
 
     let cpu = folded(&out, "cpu.folded");
@@ -115,9 +154,7 @@ fn image_pipeline_stacks_under_the_map_op() {
     assert!(complete >= 95.0, "{complete}% complete stacks");
 
     // Nothing lost in the sampler.
-    let r: Value = serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report"))
-        .expect("report.json");
-    let drops = r["drops"].as_array().expect("drops");
+    let drops = report["drops"].as_array().expect("drops");
     for what in ["sample_ringbuf_full", "sample_stack_copy_failed"] {
         let d = drops
             .iter()

@@ -26,8 +26,11 @@ pub struct StackContext {
     pub class_paths: HashMap<String, HashSet<String>>,
     /// tid -> op path the thread spent most attributed CPU on.
     pub thread_ops: HashMap<u32, String>,
-    /// Lock waits by site, for locks.folded.
+    /// Lock waits by site, for locks.folded, and blocks off CPU outside
+    /// the lock and GIL slow paths, for offcpu.folded.
     pub locks: Vec<LockStack>,
+    /// Bytes read by stack, for io.folded.
+    pub io: Vec<IoStack>,
     /// Wait kind (`enum pp_wait_kind`) -> the probed slow path's name, the
     /// leaf of its unwound stacks (which start at its caller).
     pub wait_leaf: HashMap<u32, String>,
@@ -43,6 +46,27 @@ pub struct LockStack {
     /// Outermost first.
     pub frames: Vec<String>,
     pub ns: u64,
+}
+
+/// The file bytes one thread read from one stack.
+#[derive(Clone, Debug)]
+pub struct IoStack {
+    pub tid: u32,
+    /// Outermost first; the leaf names the file.
+    pub frames: Vec<String>,
+    pub bytes: u64,
+}
+
+/// A wait's weight: a block outside the timed slow paths (sched_switch
+/// saw the thread go to sleep: a condition wait, an idle pool, a sleep)
+/// is time off CPU, for offcpu.folded; the rest are lock waits, for
+/// locks.folded.
+fn wait_weight(wait_kind: u32, kind: LockKind, ns: u64) -> Weight {
+    if wait_kind as usize == crate::bpf::types::WAIT_BLOCK {
+        Weight::OffcpuNs(ns)
+    } else {
+        Weight::LockWaitNs { ns, lock: kind }
+    }
 }
 
 fn op_of_path(path: &str) -> OpRef {
@@ -145,10 +169,11 @@ pub fn attribute(s: &SampledStacks, ctx: &StackContext) -> StackAggregator {
             thread,
             op.as_ref(),
             &frames,
-            Weight::LockWaitNs {
-                ns: (ns as f64 * scale).round() as u64,
-                lock: crate::usage::lock_kind(*kind),
-            },
+            wait_weight(
+                *kind,
+                crate::usage::lock_kind(*kind),
+                (ns as f64 * scale).round() as u64,
+            ),
         );
     }
     for l in ctx
@@ -162,11 +187,13 @@ pub fn attribute(s: &SampledStacks, ctx: &StackContext) -> StackAggregator {
             thread,
             op.as_ref(),
             &l.frames,
-            Weight::LockWaitNs {
-                ns: l.ns,
-                lock: l.kind,
-            },
+            wait_weight(l.wait_kind, l.kind, l.ns),
         );
+    }
+    for io in &ctx.io {
+        let thread = threads.entry(io.tid).or_insert_with(|| ctx.thread(io.tid));
+        let op = ctx.op(io.tid, &io.frames);
+        agg.add_parts(thread, op.as_ref(), &io.frames, Weight::IoBytes(io.bytes));
     }
     for ((tid, frames), &count) in &s.stacks {
         let thread = threads.entry(*tid).or_insert_with(|| ctx.thread(*tid));
@@ -293,5 +320,49 @@ mod tests {
         );
         assert!(text.contains("LockSlow;[lock: mutex] 50"), "{text}");
         assert!(!text.contains("[ParallelMapV2];tid 7;take_gil;"), "{text}");
+    }
+
+    #[test]
+    fn blocks_go_off_cpu_and_reads_to_io() {
+        let mut ctx = StackContext::default();
+        ctx.thread_ops.insert(3, "Root::TFRecord".into());
+        let frames = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        ctx.locks = vec![
+            LockStack {
+                tid: 3,
+                wait_kind: crate::bpf::types::WAIT_BLOCK as u32,
+                kind: LockKind::Condvar,
+                frames: frames(&["start_thread", "WaitForWork", "syscall"]),
+                ns: 700,
+            },
+            LockStack {
+                tid: 3,
+                wait_kind: crate::bpf::types::WAIT_LOCK as u32,
+                kind: LockKind::Mutex,
+                frames: frames(&["start_thread", "LockSlow"]),
+                ns: 40,
+            },
+        ];
+        ctx.io = vec![IoStack {
+            tid: 3,
+            frames: frames(&["start_thread", "pread64", "[read: /d/a.tfrecord]"]),
+            bytes: 4096,
+        }];
+        let agg = attribute(&SampledStacks::default(), &ctx);
+        let off = folded_text(&agg, FoldedKind::Offcpu);
+        assert_eq!(
+            off,
+            "[TFRecord];tid 3;start_thread;WaitForWork;syscall 700\n"
+        );
+        let locks = folded_text(&agg, FoldedKind::Locks);
+        assert_eq!(
+            locks,
+            "[TFRecord];tid 3;start_thread;LockSlow;[lock: mutex] 40\n"
+        );
+        let io = folded_text(&agg, FoldedKind::Io);
+        assert_eq!(
+            io,
+            "[TFRecord];tid 3;start_thread;pread64;[read: /d/a.tfrecord] 4096\n"
+        );
     }
 }
