@@ -73,7 +73,8 @@ enum pp_drop {
 	PP_DROP_WAIT_UNMATCHED_ENTRY = 14,
 	PP_DROP_WAIT_SAMPLE_RINGBUF_FULL = 15,	/* a sampled wait's stack copy */
 	PP_DROP_WAIT_STACK_COPY_FAILED = 16,	/* sent with no stack */
-	PP_DROP__COUNT = 17,
+	PP_DROP_SPAN_RINGBUF_FULL = 17,		/* an op span for trace.json */
+	PP_DROP__COUNT = 18,
 };
 
 /* Kinds of blocking, indexes into pp_waits. */
@@ -125,6 +126,9 @@ struct pp_thread {
 	__u64 wait_sp;		/* stack pointer at the outermost slow-path entry */
 	__u32 slow_paths;	/* outermost slow-path entries: stack sampling */
 	__u32 wait_gen;		/* wait-probe attachment of the outermost entry */
+	/* Start of the current op span: the last record_stop, or the wake-up
+	 * after a block since (trace.json spans leave out idle time). */
+	__u64 span_start;
 };
 
 /* Call-site stacks of blocks are taken for one block in PP_BLOCK_SAMPLE,
@@ -197,5 +201,15 @@ struct pp_io_event {
 };
 
 #define PP_IO_EVENT_HEAD 48
+
+/* One stretch of work of a thread for a model node, ended by the node's
+ * record_stop (trace.json; only while the stack sampler runs). */
+struct pp_span {
+	__u64 node;		/* model::Node* */
+	__u64 start_ns;		/* bpf_ktime_get_ns */
+	__u64 end_ns;
+	__u32 ns_tid;
+	__u32 _pad;
+};
 
 #endif

@@ -322,6 +322,9 @@ volatile __u32 copy_wait_stacks = 0;
  * the counters. */
 #define PP_WAIT_COPY_SAMPLE 8
 __u64 wait_copy_tick = 0;
+/* Set by user space when the stack sampler runs: record_stop also sends
+ * each stretch of work as a span (struct pp_span) for trace.json. */
+volatile __u32 trace_spans = 0;
 /* The target's tgid as the kernel sees it, learned from its own threads
  * (target_tgid is in our PID namespace, task->tgid is global). */
 volatile __u32 target_host_tgid = 0;
@@ -353,6 +356,12 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4096);
 } wait_samples SEC(".maps");
+
+/* Op spans; one page unless the sampler runs (user space sizes it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} spans SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -478,6 +487,9 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			    st->block_gen == attr_gen)
 				account_wait(st, PP_WAIT_BLOCK, now - st->blocked_since,
 					     st->block_stack);
+			/* Idle until now: the next span starts here. */
+			if (st->blocked_since)
+				st->span_start = now;
 			st->blocked_since = 0;
 		}
 	}
@@ -490,6 +502,26 @@ static __always_inline void add_waits(struct pp_waits *dst, const struct pp_wait
 		dst->ns[i] += src->ns[i];
 		dst->n[i] += src->n[i];
 	}
+}
+
+static __always_inline void send_span(struct pp_thread *st, __u64 node, __u64 now)
+{
+	__u64 start = st->span_start;
+	st->span_start = now;
+	if (!start || start >= now)
+		return;
+	struct pp_span *sp = bpf_ringbuf_reserve(&spans, sizeof(*sp), 0);
+	if (!sp) {
+		count_drop(PP_DROP_SPAN_RINGBUF_FULL);
+		return;
+	}
+	sp->node = node;
+	sp->start_ns = start;
+	sp->end_ns = now;
+	sp->ns_tid = st->ns_tid;
+	sp->_pad = 0;
+	/* Drained at every poll: no wakeup (see io_events). */
+	bpf_ringbuf_submit(sp, BPF_RB_NO_WAKEUP);
 }
 
 /* model::Node::record_stop(long now): `this` (the Node) is the first
@@ -512,9 +544,12 @@ int record_stop_probe(struct pt_regs *ctx)
 		st->gen = gen;
 		st->seg_cpu = 0;
 		st->seg_io = 0;
+		st->span_start = now;
 		__builtin_memset(&st->seg, 0, sizeof(st->seg));
 		return 0;
 	}
+	if (trace_spans)
+		send_span(st, PT_REGS_PARM1(ctx), now);
 	struct pp_attr_key key = {
 		.tid = (__u32)bpf_get_current_pid_tgid(),
 		.node = PT_REGS_PARM1(ctx),
@@ -920,7 +955,8 @@ int BPF_PROG(on_free, struct task_struct *p)
 }
 
 /* probe/src/bpf/types.rs decodes these by offset. */
-_Static_assert(sizeof(struct pp_thread) == 296, "pp_thread layout");
+_Static_assert(sizeof(struct pp_thread) == 304, "pp_thread layout");
+_Static_assert(sizeof(struct pp_span) == 32, "pp_span layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
 _Static_assert(sizeof(struct pp_fd) == 16, "pp_fd layout");

@@ -66,7 +66,7 @@ fn write_stacks(out: &Path, st: &crate::record::StackRecording) {
         st.pid, st.hz, st.complete_pct
     )];
     opts.trace.pid = st.pid as u32;
-    if let Err(e) = write_stack_outputs(out, &st.agg, &[], &opts) {
+    if let Err(e) = write_stack_outputs(out, &st.agg, &st.spans, &opts) {
         warn!("flamegraph outputs not written: {e}");
     }
     println!(

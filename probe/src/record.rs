@@ -115,6 +115,8 @@ pub struct Recording {
 /// Stack samples of a recording, ready for the flamegraph outputs.
 pub struct StackRecording {
     pub agg: plumber_collector::stacks::StackAggregator,
+    /// Op spans of the attribution windows, for trace.json.
+    pub spans: Vec<plumber_collector::stacks::Span>,
     pub samples: u64,
     pub complete_pct: f64,
     pub pid: i32,
@@ -435,6 +437,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         );
         rec.stacks = Some(StackRecording {
             agg,
+            spans: std::mem::take(&mut rec.stack_context.spans),
             samples: sampled.samples,
             complete_pct: sampled.complete_pct(),
             pid: opts.pid,
@@ -752,6 +755,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             Ok(mut u) => {
                 if let Some(tx) = &self.wait_stacks {
                     u.send_wait_stacks(tx.clone());
+                    u.trace_spans();
                 }
                 Some(u)
             }

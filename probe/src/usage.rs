@@ -191,6 +191,7 @@ pub struct Usage<'a, 'obj> {
     waits_emitted: HashMap<u32, WaitCounters>,
     /// Sampled waits' stack copies, handed to the stack sampler.
     wait_stacks: Option<WaitStacks<'a>>,
+    spans: Option<SpanTrace<'a>>,
 }
 
 /// The ring buffer of sampled waits' stack copies and where they go: the
@@ -204,6 +205,21 @@ struct WaitStacks<'a> {
     /// Copies the sampler was gone for.
     lost: u64,
 }
+
+/// Op spans sent by record_stop while the stack sampler runs (trace.json).
+struct SpanTrace<'a> {
+    rb: RingBuffer<'a>,
+    buf: Rc<RefCell<Vec<bt::RawSpan>>>,
+    malformed: Rc<RefCell<u64>>,
+    kept: Vec<bt::RawSpan>,
+    /// Spans past `MAX_SPANS`, and spans of nodes the model walk never saw.
+    over_limit: u64,
+    unknown_node: u64,
+}
+
+/// Spans kept for trace.json: about 30 attribution windows of the image
+/// pipeline (a 2.5 min recording), some 30 MB of JSON.
+const MAX_SPANS: usize = 200_000;
 
 impl<'a, 'obj> Usage<'a, 'obj> {
     /// Attaches the tracepoints and slow-path probes. A probe that cannot
@@ -294,6 +310,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             thread_op_cpu: HashMap::new(),
             waits_emitted: HashMap::new(),
             wait_stacks: None,
+            spans: None,
         };
         u.track_open_files();
         if mode == Attribution::Continuous {
@@ -662,6 +679,44 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         });
     }
 
+    /// Has record_stop send each stretch of work as a span, from now on.
+    pub fn trace_spans(&mut self) {
+        let buf = Rc::new(RefCell::new(Vec::new()));
+        let malformed = Rc::new(RefCell::new(0u64));
+        let rb = match self.bpf.span_reader(buf.clone(), malformed.clone()) {
+            Ok(rb) => rb,
+            Err(e) => {
+                warn!("trace.json will have no op spans: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self.bpf.set_trace_spans(true) {
+            warn!("trace.json will have no op spans: {e}");
+            return;
+        }
+        self.spans = Some(SpanTrace {
+            rb,
+            buf,
+            malformed,
+            kept: Vec::new(),
+            over_limit: 0,
+            unknown_node: 0,
+        });
+    }
+
+    fn drain_spans(&mut self) {
+        let Some(t) = &mut self.spans else {
+            return;
+        };
+        bpf::drain(&t.rb);
+        let mut buf = t.buf.borrow_mut();
+        let room = MAX_SPANS.saturating_sub(t.kept.len());
+        t.over_limit += buf.len().saturating_sub(room) as u64;
+        let n = buf.len().min(room);
+        t.kept.extend(buf.drain(..n));
+        buf.clear();
+    }
+
     fn forward_wait_stacks(&mut self) {
         let Some(w) = &mut self.wait_stacks else {
             return;
@@ -936,6 +991,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
 
         self.forward_wait_stacks();
+        self.drain_spans();
         let io = std::mem::take(&mut self.io_acc);
         self.pending_io.push((mono_ns, io));
         let mut deltas = Vec::new();
@@ -1039,6 +1095,28 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 crate::sampler::IoStack { tid, frames, bytes }
             })
             .collect();
+        self.drain_spans();
+        let spans = match &mut self.spans {
+            Some(t) => {
+                let mut out = Vec::with_capacity(t.kept.len());
+                for sp in &t.kept {
+                    let Some(path) = self.node_path.get(&sp.node) else {
+                        t.unknown_node += 1;
+                        continue;
+                    };
+                    out.push(plumber_collector::stacks::Span {
+                        tid: sp.ns_tid,
+                        thread_name: self.names.get(&sp.ns_tid).cloned().unwrap_or_default(),
+                        op_path: path.clone(),
+                        op_name: path.rsplit("::").next().unwrap_or(path).to_string(),
+                        start_ns: sp.start_ns,
+                        end_ns: sp.end_ns,
+                    });
+                }
+                out
+            }
+            None => Vec::new(),
+        };
         crate::sampler::StackContext {
             names: self.names.clone(),
             class_paths: self.class_paths.clone(),
@@ -1046,6 +1124,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             locks,
             io,
             wait_leaf,
+            spans,
         }
     }
 
@@ -1094,6 +1173,18 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             DropCount {
                 what: "wait_samples_after_sampler_stopped".into(),
                 count: self.wait_stacks.as_ref().map_or(0, |w| w.lost),
+            },
+            DropCount {
+                what: "span_malformed_records".into(),
+                count: self.spans.as_ref().map_or(0, |t| *t.malformed.borrow()),
+            },
+            DropCount {
+                what: "spans_over_limit".into(),
+                count: self.spans.as_ref().map_or(0, |t| t.over_limit),
+            },
+            DropCount {
+                what: "spans_of_unknown_nodes".into(),
+                count: self.spans.as_ref().map_or(0, |t| t.unknown_node),
             },
         ])
     }

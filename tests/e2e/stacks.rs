@@ -153,9 +153,62 @@ fn image_pipeline_stacks_under_the_map_op() {
     // Stacks unwound with .eh_frame reach a thread entry point.
     assert!(complete >= 95.0, "{complete}% complete stacks");
 
+    // Op spans of the attribution windows: which op each thread worked
+    // for, when; one thread's spans never overlap.
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(out.join("trace.json")).expect("trace.json"))
+            .expect("trace.json is JSON");
+    let mut by_tid: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+    let mut pool_map_spans = 0;
+    let pool: Vec<u64> = trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["args"]["name"] == "tf_data_private_threadpool")
+        .filter_map(|e| e["tid"].as_u64())
+        .collect();
+    for e in trace["traceEvents"].as_array().expect("traceEvents") {
+        if e["ph"] != "X" {
+            continue;
+        }
+        let (ts, dur, tid) = (
+            e["ts"].as_f64().expect("ts"),
+            e["dur"].as_f64().expect("dur"),
+            e["tid"].as_u64().expect("tid"),
+        );
+        assert!(ts >= 0.0 && dur > 0.0, "{e}");
+        assert!(
+            e["args"]["op_path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("Root")),
+            "{e}"
+        );
+        if e["name"] == "ParallelMapV2" && pool.contains(&tid) {
+            pool_map_spans += 1;
+        }
+        by_tid.entry(tid).or_default().push((ts, ts + dur));
+    }
+    let spans: usize = by_tid.values().map(Vec::len).sum();
+    eprintln!("{spans} op spans on {} threads", by_tid.len());
+    assert!(spans >= 100, "{spans} op spans in trace.json");
+    // The UDF pool's work is the map's.
+    assert!(pool_map_spans > 0, "no ParallelMapV2 span on the UDF pool");
+    for (tid, mut v) in by_tid {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in v.windows(2) {
+            // 1 ns of slack: ts and dur are printed in µs with 3 decimals.
+            assert!(w[0].1 <= w[1].0 + 0.001, "spans overlap on {tid}: {w:?}");
+        }
+    }
+
     // Nothing lost in the sampler.
     let drops = report["drops"].as_array().expect("drops");
-    for what in ["sample_ringbuf_full", "sample_stack_copy_failed"] {
+    for what in [
+        "sample_ringbuf_full",
+        "sample_stack_copy_failed",
+        "span_ringbuf_full",
+        "spans_over_limit",
+    ] {
         let d = drops
             .iter()
             .find(|d| d["what"] == what)

@@ -133,6 +133,13 @@ impl<'obj> Bpf<'obj> {
                 .wait_samples
                 .set_max_entries(8 << 20)
                 .map_err(BpfError::Load)?;
+            // Op spans for trace.json: ~27,000 record_stop calls a second
+            // on the image pipeline while a window is open, 40 bytes each,
+            // drained every poll (250 ms): 2 MiB is 7 polls' worth.
+            open.maps
+                .spans
+                .set_max_entries(2 << 20)
+                .map_err(BpfError::Load)?;
         }
         let (pidns_dev, pidns_ino) = own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
@@ -434,6 +441,28 @@ impl<'obj> Bpf<'obj> {
         self.update_global(
             std::mem::offset_of!(skel::types::bss, copy_wait_stacks),
             |_| u32::from(on),
+        )
+    }
+
+    /// record_stop sends op spans (trace.json) from now on.
+    pub fn set_trace_spans(&self, on: bool) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, trace_spans), |_| {
+            u32::from(on)
+        })
+    }
+
+    /// Reader of the op spans.
+    pub fn span_reader(
+        &self,
+        sink: Rc<RefCell<Vec<types::RawSpan>>>,
+        bad: Rc<RefCell<u64>>,
+    ) -> Result<RingBuffer<'_>, BpfError> {
+        reader(
+            &self.skel.maps.spans,
+            "spans",
+            types::RawSpan::from_bytes,
+            sink,
+            bad,
         )
     }
 

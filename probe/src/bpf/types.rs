@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 17] = [
+pub const DROP_NAMES: [&str; 18] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -20,6 +20,7 @@ pub const DROP_NAMES: [&str; 17] = [
     "wait_unmatched_entry",
     "wait_sample_ringbuf_full",
     "wait_stack_copy_failed",
+    "span_ringbuf_full",
 ];
 
 /// `enum pp_wait_kind`.
@@ -64,7 +65,7 @@ pub struct ThreadState {
     pub waits: Waits,
 }
 
-pub const THREAD_STATE_SIZE: usize = 296;
+pub const THREAD_STATE_SIZE: usize = 304;
 const THREAD_EXITED: u32 = 1;
 
 impl ThreadState {
@@ -126,6 +127,31 @@ impl SiteKey {
 /// (waits, wait_ns) of one site.
 pub fn site_value(b: &[u8]) -> Option<(u64, u64)> {
     Some((u64_at(b, 0)?, u64_at(b, 1)?))
+}
+
+/// `struct pp_span`: a thread's stretch of work for a model node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawSpan {
+    pub node: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub ns_tid: u32,
+}
+
+pub const SPAN_SIZE: usize = 32;
+
+impl RawSpan {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < SPAN_SIZE {
+            return None;
+        }
+        Some(RawSpan {
+            node: u64_at(b, 0)?,
+            start_ns: u64_at(b, 1)?,
+            end_ns: u64_at(b, 2)?,
+            ns_tid: u32_at(b, 24)?,
+        })
+    }
 }
 
 pub const IO_OPEN: u32 = 1;
@@ -267,6 +293,18 @@ mod tests {
         assert_eq!(e.id, 42);
         assert_eq!(e.name, "TFRecord");
         assert!(RetiredEvent::from_bytes(&b[..100]).is_none());
+    }
+
+    #[test]
+    fn span_layout_matches_c() {
+        let mut b = vec![0u8; SPAN_SIZE];
+        b[0..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        b[8..16].copy_from_slice(&5u64.to_ne_bytes());
+        b[16..24].copy_from_slice(&9u64.to_ne_bytes());
+        b[24..28].copy_from_slice(&42u32.to_ne_bytes());
+        let s = RawSpan::from_bytes(&b).expect("decodes");
+        assert_eq!((s.node, s.start_ns, s.end_ns, s.ns_tid), (0x1000, 5, 9, 42));
+        assert!(RawSpan::from_bytes(&b[..31]).is_none());
     }
 
     #[test]

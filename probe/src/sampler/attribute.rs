@@ -31,6 +31,8 @@ pub struct StackContext {
     pub locks: Vec<LockStack>,
     /// Bytes read by stack, for io.folded.
     pub io: Vec<IoStack>,
+    /// Op spans per thread, for trace.json.
+    pub spans: Vec<plumber_collector::stacks::Span>,
     /// Wait kind (`enum pp_wait_kind`) -> the probed slow path's name, the
     /// leaf of its unwound stacks (which start at its caller).
     pub wait_leaf: HashMap<u32, String>,
