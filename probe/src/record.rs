@@ -315,12 +315,20 @@ fn retired_to_event(e: &RetiredEvent) -> NodeRetired {
 
 /// Moves retired-node events into the event list; an event whose node could
 /// not be read in BPF has no trustworthy counters and is counted instead.
-fn push_retired(sink: &mut EventSink, retired: &RefCell<Vec<RetiredEvent>>) -> Result<u64> {
+/// The usage side learns the dead nodes' paths (for their spans).
+fn push_retired(
+    sink: &mut EventSink,
+    retired: &RefCell<Vec<RetiredEvent>>,
+    mut usage: Option<&mut Usage<'_, '_>>,
+) -> Result<u64> {
     let mut unreadable = 0;
     for e in retired.borrow_mut().drain(..) {
         if e.flags & bpf::types::FLAG_READ_FAILED != 0 {
             unreadable += 1;
         } else {
+            if let Some(u) = usage.as_deref_mut() {
+                u.learn_retired(e.node, e.parent, &e.name);
+            }
             sink.push(Event::Retired(retired_to_event(&e)))?;
         }
     }
@@ -634,7 +642,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             let par_missing = par_ops.len() > par_known.len();
             iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             bpf::drain(&rb);
-            unreadable += push_retired(&mut rec.sink, &retired)?;
+            unreadable += push_retired(&mut rec.sink, &retired, usage.as_mut())?;
             self.push_poll(rec, &mut progress, &mut window_start, nodes, usage.as_mut())?;
             if let Some(stop) = stopping {
                 break stop;
@@ -669,7 +677,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
         };
         progress.done();
         bpf::drain(&rb);
-        unreadable += push_retired(&mut rec.sink, &retired)?;
+        unreadable += push_retired(&mut rec.sink, &retired, usage.as_mut())?;
         self.bpf.detach(remove_link);
         let mut drops = self.bpf_drops()?;
         if let Some(u) = usage.as_mut() {

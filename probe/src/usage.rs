@@ -211,7 +211,11 @@ struct SpanTrace<'a> {
     rb: RingBuffer<'a>,
     buf: Rc<RefCell<Vec<bt::RawSpan>>>,
     malformed: Rc<RefCell<u64>>,
-    kept: Vec<bt::RawSpan>,
+    /// Named at each poll, while the node's address still means it.
+    kept: Vec<plumber_collector::stacks::Span>,
+    /// Spans of nodes not known at the last poll: a node that died just
+    /// after the poll read the RemoveNode events is named at the next.
+    unnamed: Vec<bt::RawSpan>,
     /// Spans past `MAX_SPANS`, and spans of nodes the model walk never saw.
     over_limit: u64,
     unknown_node: u64,
@@ -581,6 +585,17 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
     }
 
+    /// A node that died between two polls (RemoveNode): its path, from
+    /// its parent's, names the spans it left. A parent no poll saw either
+    /// (interleave's per-file inputs) leaves its spans unnamed, counted in
+    /// `spans_of_unknown_nodes`.
+    pub fn learn_retired(&mut self, node: u64, parent: u64, name: &str) {
+        if let Some(pp) = self.node_path.get(&parent) {
+            let path = format!("{pp}::{name}");
+            self.node_path.insert(node, path);
+        }
+    }
+
     /// Learns the pipeline's node addresses and op classes from a poll.
     pub fn learn_nodes(&mut self, nodes: &[NodeObservation]) {
         for n in nodes {
@@ -699,22 +714,48 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             buf,
             malformed,
             kept: Vec::new(),
+            unnamed: Vec::new(),
             over_limit: 0,
             unknown_node: 0,
         });
     }
 
-    fn drain_spans(&mut self) {
+    /// Reads the spans sent since the last call and names their ops from
+    /// the nodes known now (a node's address may be reused later). Spans
+    /// of unknown nodes wait for the next call, unless `last`.
+    fn drain_spans(&mut self, last: bool) {
         let Some(t) = &mut self.spans else {
             return;
         };
         bpf::drain(&t.rb);
-        let mut buf = t.buf.borrow_mut();
-        let room = MAX_SPANS.saturating_sub(t.kept.len());
-        t.over_limit += buf.len().saturating_sub(room) as u64;
-        let n = buf.len().min(room);
-        t.kept.extend(buf.drain(..n));
-        buf.clear();
+        let retry = std::mem::take(&mut t.unnamed);
+        let retried = retry.len();
+        let raw: Vec<bt::RawSpan> = retry
+            .into_iter()
+            .chain(t.buf.borrow_mut().drain(..))
+            .collect();
+        for (i, sp) in raw.into_iter().enumerate() {
+            if t.kept.len() >= MAX_SPANS {
+                t.over_limit += 1;
+                continue;
+            }
+            let Some(path) = self.node_path.get(&sp.node) else {
+                if i < retried || last {
+                    t.unknown_node += 1;
+                } else {
+                    t.unnamed.push(sp);
+                }
+                continue;
+            };
+            t.kept.push(plumber_collector::stacks::Span {
+                tid: sp.ns_tid,
+                thread_name: self.names.get(&sp.ns_tid).cloned().unwrap_or_default(),
+                op_path: path.clone(),
+                op_name: path.rsplit("::").next().unwrap_or(path).to_string(),
+                start_ns: sp.start_ns,
+                end_ns: sp.end_ns,
+            });
+        }
     }
 
     fn forward_wait_stacks(&mut self) {
@@ -991,7 +1032,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
 
         self.forward_wait_stacks();
-        self.drain_spans();
+        self.drain_spans(false);
         let io = std::mem::take(&mut self.io_acc);
         self.pending_io.push((mono_ns, io));
         let mut deltas = Vec::new();
@@ -1095,28 +1136,12 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 crate::sampler::IoStack { tid, frames, bytes }
             })
             .collect();
-        self.drain_spans();
-        let spans = match &mut self.spans {
-            Some(t) => {
-                let mut out = Vec::with_capacity(t.kept.len());
-                for sp in &t.kept {
-                    let Some(path) = self.node_path.get(&sp.node) else {
-                        t.unknown_node += 1;
-                        continue;
-                    };
-                    out.push(plumber_collector::stacks::Span {
-                        tid: sp.ns_tid,
-                        thread_name: self.names.get(&sp.ns_tid).cloned().unwrap_or_default(),
-                        op_path: path.clone(),
-                        op_name: path.rsplit("::").next().unwrap_or(path).to_string(),
-                        start_ns: sp.start_ns,
-                        end_ns: sp.end_ns,
-                    });
-                }
-                out
-            }
-            None => Vec::new(),
-        };
+        self.drain_spans(true);
+        let spans = self
+            .spans
+            .as_mut()
+            .map(|t| std::mem::take(&mut t.kept))
+            .unwrap_or_default();
         crate::sampler::StackContext {
             names: self.names.clone(),
             class_paths: self.class_paths.clone(),
