@@ -80,9 +80,12 @@ impl Memory {
         if len == 0 || len > max || p == 0 {
             return Err(MemError::BadString { addr, len });
         }
-        let inside = p
-            .checked_sub(held.0)
-            .and_then(|at| held.1.get(at as usize..(at + len) as usize));
+        // `p` comes from the target's memory: no arithmetic on it may
+        // overflow.
+        let inside = p.checked_sub(held.0).and_then(|at| {
+            let at = usize::try_from(at).ok()?;
+            held.1.get(at..at.checked_add(usize::try_from(len).ok()?)?)
+        });
         let buf = match inside {
             Some(b) => b.to_vec(),
             None => {
@@ -92,5 +95,27 @@ impl Memory {
             }
         };
         String::from_utf8(buf).map_err(|_| MemError::BadString { addr, len })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_from_held_bytes_or_memory() {
+        let mem = Memory::new(std::process::id() as i32);
+        let held = b"xxParallelMapV2yy";
+        // The characters inside the bytes already read.
+        let s = mem.std_string_from(0x1000, (0x1002, 13), 64, (0x1000, held));
+        assert_eq!(s.ok().as_deref(), Some("ParallelMapV2"));
+        // A pointer read from a target's memory can be anything: one near
+        // the top of the address space is read (and fails), not a panic.
+        let far = mem.std_string_from(0x1000, (u64::MAX - 3, 13), 64, (0x1000, held));
+        assert!(far.is_err());
+        // Ours, read from memory.
+        let own = String::from("a heap string, not inline");
+        let got = mem.std_string_from(0, (own.as_ptr() as u64, own.len() as u64), 64, (0, &[]));
+        assert_eq!(got.ok().as_deref(), Some(own.as_str()));
     }
 }
