@@ -25,6 +25,12 @@ const IRREGULAR: &[(&str, &str)] = &[
     ("Cache", "CacheDatasetV2"),
 ];
 
+/// The model node name of an op path (`Root::Prefetch::ParallelMapV2` ->
+/// `ParallelMapV2`): its last element.
+pub fn model_name_of_path(path: &str) -> &str {
+    path.rsplit("::").next().unwrap_or(path)
+}
+
 /// GraphDef op for a model node name; `None` for `Root`, whose iterator
 /// belongs to no dataset op (TensorFlow's RootDataset is added at iterator
 /// creation and never appears in the graph).

@@ -18,7 +18,7 @@ use plumber_collector::event::{
 };
 use plumber_collector::eventfile::EventWriter;
 use plumber_collector::window::Aggregator;
-use plumber_collector::Collected;
+use plumber_collector::{opnames, Collected};
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Derived};
@@ -863,7 +863,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                 by_path.iter().map(|(p, v)| (p.as_str(), v[0].0)).collect();
             let mut nodes = Vec::new();
             for (path, its) in &by_path {
-                let name = path.rsplit("::").next().unwrap_or(path).to_string();
+                let name = opnames::model_name_of_path(path).to_string();
                 let parent = path
                     .rsplit_once("::")
                     .and_then(|(pp, _)| first_addr.get(pp).copied());

@@ -216,8 +216,9 @@ struct SpanTrace<'a> {
     /// Spans of nodes not known at the last poll: a node that died just
     /// after the poll read the RemoveNode events is named at the next.
     unnamed: Vec<bt::RawSpan>,
-    /// Spans past `MAX_SPANS`, and spans of nodes the model walk never saw.
+    /// Spans past `MAX_SPANS`.
     over_limit: u64,
+    /// Spans of nodes neither a poll nor a RemoveNode event named.
     unknown_node: u64,
 }
 
@@ -751,7 +752,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 tid: sp.ns_tid,
                 thread_name: self.names.get(&sp.ns_tid).cloned().unwrap_or_default(),
                 op_path: path.clone(),
-                op_name: path.rsplit("::").next().unwrap_or(path).to_string(),
+                op_name: opnames::model_name_of_path(path).to_string(),
                 start_ns: sp.start_ns,
                 end_ns: sp.end_ns,
             });

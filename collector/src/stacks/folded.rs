@@ -159,8 +159,7 @@ pub fn op_root_frame(op: Option<&OpRef>) -> String {
     match op {
         Some(op) => {
             let name = if op.name.trim().is_empty() {
-                // The model name is the path's last element.
-                op.path.rsplit("::").next().unwrap_or_default()
+                crate::opnames::model_name_of_path(&op.path)
             } else {
                 op.name.as_str()
             };

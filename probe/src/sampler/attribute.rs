@@ -72,8 +72,7 @@ fn wait_weight(wait_kind: u32, kind: LockKind, ns: u64) -> Weight {
 }
 
 fn op_of_path(path: &str) -> OpRef {
-    let name = path.rsplit("::").next().unwrap_or(path);
-    OpRef::new(path, name)
+    OpRef::new(path, plumber_collector::opnames::model_name_of_path(path))
 }
 
 impl StackContext {
