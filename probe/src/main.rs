@@ -119,8 +119,8 @@ struct RecordArgs {
     io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread while on CPU, for
     /// the flamegraphs (cpu.folded, cpu.svg, profile.pb.gz), e.g. 49; 0
-    /// (the default for now) disables: at 49 Hz the target still loses a
-    /// few % of its throughput while recorded (BENCHMARKS.md).
+    /// (the default for now) disables: at 49 Hz the target loses about 1%
+    /// more of its throughput while recorded (BENCHMARKS.md).
     #[arg(long, default_value_t = 0)]
     sample_hz: u32,
 }

@@ -208,7 +208,11 @@ impl Sampler {
     pub fn finish(mut self) -> SampledStacks {
         self.stop.store(true, Ordering::SeqCst);
         let end_wall_ns = wall_ns();
-        match self.worker.take().map(|w| w.join()) {
+        match self.worker.take().map(|w| {
+            // Cut its sleep short (up to 250 ms, bpf::ring_plan).
+            w.thread().unpark();
+            w.join()
+        }) {
             Some(Ok(s)) => SampledStacks {
                 start_wall_ns: self.start_wall_ns,
                 end_wall_ns,
@@ -232,6 +236,7 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(w) = self.worker.take() {
+            w.thread().unpark();
             let _ = w.join();
         }
     }
@@ -258,7 +263,7 @@ fn worker(
         );
     }
     let mut obj = MaybeUninit::uninit();
-    let mut sbpf = match SampleBpf::load(&mut obj, pid) {
+    let mut sbpf = match SampleBpf::load(&mut obj, pid, hz) {
         Ok(b) => b,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -295,8 +300,10 @@ fn worker(
     let mut last_refresh = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
-        // timer. consume() errors only when a callback does; ours do not.
-        std::thread::sleep(Duration::from_millis(50));
+        // timer, as seldom as the ring allows (bpf::ring_plan). Woken
+        // early (unpark) when the recording stops us. consume() errors
+        // only when a callback does; ours do not.
+        std::thread::park_timeout(sbpf.drain_every);
         let _ = rb.consume();
         let mut batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
         batch.extend(waits.try_iter().flatten());

@@ -2,6 +2,7 @@
 //! perf event per CPU running its program, and the ring-buffer record.
 
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
@@ -85,12 +86,46 @@ impl RawSample {
 pub struct SampleBpf<'obj> {
     pub skel: SampleSkel<'obj>,
     links: Vec<Link>,
+    /// How often the ring buffer must be drained (see [`ring_plan`]).
+    pub drain_every: Duration,
+}
+
+/// Size of one sample in the ring buffer: the record and its 8-byte
+/// header, rounded up to 8 bytes.
+const RING_RECORD: u64 = ((SAMPLE_HEAD + STACK_BYTES + 8 + 7) & !7) as u64;
+
+/// The samples ring buffer's size and how often to drain it, for `hz`
+/// samples a second on each of `cpus` CPUs (the most the target can
+/// send). Draining seldom keeps our wakeups off a saturated machine,
+/// where each costs the target far more than the work it does; the ring
+/// is sized for twice the samples of `MAX_DRAIN` (8 to 64 MiB), and on a
+/// machine that needs more the drains come sooner, at half the ring.
+pub fn ring_plan(hz: u32, cpus: usize) -> (u32, Duration) {
+    const MIN_RING: u64 = 8 << 20;
+    const MAX_RING: u64 = 64 << 20;
+    const MAX_DRAIN: Duration = Duration::from_millis(250);
+    const MIN_DRAIN: Duration = Duration::from_millis(10);
+    let per_s = (u64::from(hz.max(1)) * cpus.max(1) as u64) as f64;
+    let want = (per_s * MAX_DRAIN.as_secs_f64() * 2.0) as u64 * RING_RECORD;
+    let ring = want.clamp(MIN_RING, MAX_RING).next_power_of_two().min(MAX_RING);
+    let holds = (ring / RING_RECORD) as f64;
+    let drain = Duration::from_secs_f64(holds / per_s / 2.0).clamp(MIN_DRAIN, MAX_DRAIN);
+    (ring as u32, drain)
 }
 
 impl<'obj> SampleBpf<'obj> {
-    pub fn load(obj: &'obj mut MaybeUninit<OpenObject>, pid: i32) -> Result<Self, SamplerError> {
+    pub fn load(
+        obj: &'obj mut MaybeUninit<OpenObject>,
+        pid: i32,
+        hz: u32,
+    ) -> Result<Self, SamplerError> {
         let mut open = SampleSkelBuilder::default()
             .open(obj)
+            .map_err(SamplerError::Load)?;
+        let (ring, drain_every) = ring_plan(hz, online_cpus().len());
+        open.maps
+            .samples
+            .set_max_entries(ring)
             .map_err(SamplerError::Load)?;
         let (pidns_dev, pidns_ino) = crate::bpf::own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
@@ -102,6 +137,7 @@ impl<'obj> SampleBpf<'obj> {
         Ok(SampleBpf {
             skel,
             links: Vec::new(),
+            drain_every,
         })
     }
 
@@ -200,6 +236,26 @@ fn parse_cpu_list(s: &str) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_holds_two_drains_of_samples() {
+        // A small machine: the smallest ring, drained every 250 ms.
+        let (ring, drain) = ring_plan(49, 2);
+        assert_eq!(ring, 8 << 20);
+        assert_eq!(drain, Duration::from_millis(250));
+        // A large one: a bigger ring, and drains before it is half full.
+        let (ring, drain) = ring_plan(99, 64);
+        assert_eq!(ring, 64 << 20);
+        let per_drain = 99.0 * 64.0 * drain.as_secs_f64();
+        assert!(per_drain * RING_RECORD as f64 <= f64::from(ring) / 2.0 + 1.0);
+        assert!(drain >= Duration::from_millis(10), "{drain:?}");
+        // Never a ring size the kernel refuses (a power of two).
+        for (hz, cpus) in [(1, 1), (49, 7), (99, 96), (1000, 256)] {
+            let (ring, drain) = ring_plan(hz, cpus);
+            assert!(ring.is_power_of_two(), "{ring}");
+            assert!(drain >= Duration::from_millis(10) && drain <= Duration::from_millis(250));
+        }
+    }
 
     /// The constants mirror bpf/sample.h.
     #[test]
