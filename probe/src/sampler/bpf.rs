@@ -107,7 +107,8 @@ pub fn ring_plan(hz: u32, cpus: usize) -> (u32, Duration) {
     const MIN_DRAIN: Duration = Duration::from_millis(10);
     let per_s = (u64::from(hz.max(1)) * cpus.max(1) as u64) as f64;
     let want = (per_s * MAX_DRAIN.as_secs_f64() * 2.0) as u64 * RING_RECORD;
-    let ring = want.clamp(MIN_RING, MAX_RING).next_power_of_two().min(MAX_RING);
+    // Both bounds are powers of two: so is the result.
+    let ring = want.clamp(MIN_RING, MAX_RING).next_power_of_two();
     let holds = (ring / RING_RECORD) as f64;
     let drain = Duration::from_secs_f64(holds / per_s / 2.0).clamp(MIN_DRAIN, MAX_DRAIN);
     (ring as u32, drain)
