@@ -54,16 +54,12 @@ use crate::threads::{self, NameRegistry};
 /// Attribution windows: `WINDOW` of every `PERIOD`. Few and long, not
 /// many and short: each attach and detach of a uprobe rewrites the target's
 /// code page under its memory-map lock, and windows of 100 ms every second
-/// were measured to cost the target about 3% of its throughput. Windows of
-/// 250 ms + 500 ms of waits cost a saturated pipeline ~4% in the second
-/// that holds them (bench/overhead.py's per-second profile), i.e. ~1%
-/// overall; halved, they leave a few thousand op transitions per window,
-/// plenty for the per-thread ratios.
-const WINDOW: Duration = Duration::from_millis(125);
+/// were measured to cost the target about 3% of its throughput.
+const WINDOW: Duration = Duration::from_millis(250);
 const PERIOD: Duration = Duration::from_millis(5000);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
-const WAIT_WINDOW: Duration = Duration::from_millis(250);
+const WAIT_WINDOW: Duration = Duration::from_millis(500);
 
 /// The part of a window that is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
