@@ -731,11 +731,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         bpf::drain(&t.rb);
         let retry = std::mem::take(&mut t.unnamed);
         let retried = retry.len();
-        let raw: Vec<bt::RawSpan> = retry
-            .into_iter()
-            .chain(t.buf.borrow_mut().drain(..))
-            .collect();
-        for (i, sp) in raw.into_iter().enumerate() {
+        let mut buf = t.buf.borrow_mut();
+        for (i, sp) in retry.into_iter().chain(buf.drain(..)).enumerate() {
             if t.kept.len() >= MAX_SPANS {
                 t.over_limit += 1;
                 continue;
