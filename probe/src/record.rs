@@ -759,7 +759,13 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             // fallback cannot place in the pipeline.
             derived.record_stop = None;
         }
-        match Usage::start(self.bpf, self.target, &derived, self.opts.attribution) {
+        match Usage::start(
+            self.bpf,
+            self.target,
+            &derived,
+            self.opts.attribution,
+            self.opts.duration,
+        ) {
             Ok(mut u) => {
                 if let Some(tx) = &self.wait_stacks {
                     u.send_wait_stacks(tx.clone());

@@ -6,10 +6,11 @@
 //! thread each time that thread stops working for `node` (an op handing
 //! over to its input, a UDF finishing on the pool). A uprobe there costs
 //! about a microsecond per call, so it is attached only for short windows
-//! (`WINDOW` out of every `PERIOD`); within a window the BPF side books each
-//! thread's on-CPU time, waits and reads between two calls to the node of
-//! the second call. The collector uses those per-thread splits as ratios
-//! over the thread's whole CPU time, which the kernel counts at no cost.
+//! (`WINDOW` long, one every 5-10 s: `Schedule`); within a window the BPF
+//! side books each thread's on-CPU time, waits and reads between two calls
+//! to the node of the second call. The collector uses those per-thread
+//! splits as ratios over the thread's whole CPU time, which the kernel
+//! counts at no cost.
 //!
 //! Lock, condition and GIL slow paths are timed by uprobes on their entry
 //! and return (absl's `Mutex::LockSlow`, CPython's `take_gil`): thousands
@@ -51,15 +52,50 @@ use crate::sampler::RawSample;
 use crate::target::Target;
 use crate::threads::{self, NameRegistry};
 
-/// Attribution windows: `WINDOW` of every `PERIOD`. Few and long, not
-/// many and short: each attach and detach of a uprobe rewrites the target's
-/// code page under its memory-map lock, and windows of 100 ms every second
-/// were measured to cost the target about 3% of its throughput.
+/// Attribution windows: `WINDOW` long, at the start of the recording and
+/// then `Schedule::gap` apart. Few and long, not many and short: each
+/// attach and detach of a uprobe rewrites the target's code page under its
+/// memory-map lock, and windows of 100 ms every second were measured to
+/// cost the target about 3% of its throughput. Shorter windows are not
+/// cheaper per second observed either: a window's close drops the stretch
+/// of work in progress on each thread, so long stretches are under-counted,
+/// the more so the shorter the window (BENCHMARKS.md, 125 ms windows).
 const WINDOW: Duration = Duration::from_millis(250);
-const PERIOD: Duration = Duration::from_millis(5000);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
+
+/// When the attribution windows open. Each window costs the image pipeline
+/// about 0.035 s of its throughput (the second that holds it runs at
+/// 0.96-0.97 of the unrecorded rate, the seconds between windows at
+/// 0.99-1.00), so how often they come is what the default mode costs:
+/// one every 5 s was 0.7% of a 30 s recording.
+///
+/// Windows are spread so that a recording gets at least `MIN_WINDOWS`
+/// (the split is then not one moment's), but never closer than
+/// `MIN_GAP` nor further apart than `MAX_GAP`, which bounds their cost at
+/// one window per 10 s on long recordings. Without a known duration
+/// (until Ctrl-C) the second window comes `MIN_GAP` after the first, so a
+/// short recording still has two, and the rest `MAX_GAP` apart.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    duration: Option<Duration>,
+}
+
+impl Schedule {
+    const MIN_WINDOWS: u32 = 3;
+    const MIN_GAP: Duration = Duration::from_secs(5);
+    const MAX_GAP: Duration = Duration::from_secs(10);
+
+    /// From the opening of window `opened` (1 = the first) to the next.
+    fn gap(&self, opened: u32) -> Duration {
+        match self.duration {
+            Some(d) => (d / Self::MIN_WINDOWS).clamp(Self::MIN_GAP, Self::MAX_GAP),
+            None if opened <= 1 => Self::MIN_GAP,
+            None => Self::MAX_GAP,
+        }
+    }
+}
 
 /// The part of a window that is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +200,9 @@ pub struct Usage<'a, 'obj> {
     /// Stacks are left unnamed (PLUMBER_PROBE_SKIP=symbolize).
     no_symbolize: bool,
     last_window: Option<Instant>,
+    /// Attribution windows opened so far, and when they are due.
+    windows_opened: u32,
+    schedule: Schedule,
     registry: Option<NameRegistry>,
     names: HashMap<u32, String>,
     io: Rc<RefCell<Vec<IoEvent>>>,
@@ -234,6 +273,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         target: &Target,
         derived: &Derived,
         mode: Attribution,
+        duration: Option<Duration>,
     ) -> Result<Self> {
         // Debugging and cost measurement aid: PLUMBER_PROBE_SKIP=a,b leaves
         // out probes by name (sched_switch, syscalls, exit, mutex, gil,
@@ -296,6 +336,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             switch_link: None,
             no_symbolize: skip("symbolize"),
             last_window: None,
+            windows_opened: 0,
+            schedule: Schedule { duration },
             registry,
             names: HashMap::new(),
             io,
@@ -365,6 +407,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
 
     fn open_window(&mut self) {
         self.last_window = Some(Instant::now());
+        self.windows_opened += 1;
         if let Err(e) = self.bpf.bump_attr_gen() {
             warn!("attribution window not started: {e}");
             return;
@@ -564,6 +607,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             return None;
         }
         let due = |since: Instant, after: Duration| after.checked_sub(since.elapsed());
+        let gap = self.schedule.gap(self.windows_opened);
         match (&self.window, self.phase) {
             (Some((_, since)), Phase::Attribution) => match due(*since, WINDOW) {
                 Some(left) => return Some(left),
@@ -573,7 +617,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 Some(left) => return Some(left),
                 None => self.close_window_part(false),
             },
-            (None, _) => match self.last_window.and_then(|t| due(t, PERIOD)) {
+            (None, _) => match self.last_window.and_then(|t| due(t, gap)) {
                 Some(left) => return Some(left),
                 None => self.open_window(),
             },
@@ -582,7 +626,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         match (&self.window, self.phase) {
             (Some(_), Phase::Attribution) => Some(WINDOW),
             (Some(_), Phase::Waits) => Some(WAIT_WINDOW),
-            (None, _) => self.last_window.and_then(|t| due(t, PERIOD)),
+            (None, _) => {
+                let gap = self.schedule.gap(self.windows_opened);
+                self.last_window.and_then(|t| due(t, gap))
+            }
         }
     }
 
@@ -1347,6 +1394,36 @@ fn strip_params(frame: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seconds after the first window at which the windows open, for a
+    /// recording of `secs` (or 60 s of one without a duration).
+    fn openings(duration: Option<u64>) -> Vec<u64> {
+        let schedule = Schedule {
+            duration: duration.map(Duration::from_secs),
+        };
+        let end = Duration::from_secs(duration.unwrap_or(60));
+        let (mut at, mut opened, mut out) = (Duration::ZERO, 0, Vec::new());
+        while at < end {
+            out.push(at.as_secs());
+            opened += 1;
+            at += schedule.gap(opened);
+        }
+        out
+    }
+
+    #[test]
+    fn windows_are_at_least_three_and_at_most_one_per_10_s() {
+        // Short recordings: 5 s apart, as many as fit.
+        assert_eq!(openings(Some(4)), [0]);
+        assert_eq!(openings(Some(8)), [0, 5]);
+        assert_eq!(openings(Some(12)), [0, 5, 10]);
+        // Spread to three, then capped at one per 10 s.
+        assert_eq!(openings(Some(21)), [0, 7, 14]);
+        assert_eq!(openings(Some(30)), [0, 10, 20]);
+        assert_eq!(openings(Some(60)), [0, 10, 20, 30, 40, 50]);
+        // Until Ctrl-C: a second window soon, then one per 10 s.
+        assert_eq!(openings(None), [0, 5, 15, 25, 35, 45, 55]);
+    }
 
     #[test]
     fn classes_match_model_names() {

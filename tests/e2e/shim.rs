@@ -336,7 +336,7 @@ fn run_agrees_with_pid_mode_on_every_workload() {
 
 /// Ops below this share of the op CPU (a Prefetch or a Range at a few µs
 /// an element) are compared by share only. `--pid` splits a thread's CPU
-/// between ops from record_stop windows (250 ms every 5 s, two of them in
+/// between ops from record_stop windows (250 ms, 5 s apart, two of them in
 /// these recordings), so a small op's split carries that sampling error:
 /// padded_batch's Prefetch (6.7% of op CPU) once read 15% apart.
 const CPU_SHARE_FOR_RATE: f64 = 0.10;

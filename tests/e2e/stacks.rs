@@ -255,7 +255,7 @@ fn sample_rate_is_checked() {
 /// the training loop's own waits stay under its op, with their own stacks.
 #[test]
 fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
-    // Two wait windows (5 s apart) at least.
+    // Two wait windows (5 s apart for a 7 s recording) at least.
     let (out, _) = record_sampled("py_function.py", "stacks-gil", "7");
     assert!(out.join("locks.svg").exists(), "locks.svg missing");
     let locks = folded(&out, "locks.folded");
