@@ -483,11 +483,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
     }
 
-    /// Detaches the lock and GIL probes. Probes attach and detach one by
-    /// one, each detach waiting for an RCU grace period, so meanwhile
-    /// entries are seen without their returns or the reverse: the BPF side
-    /// is told first not to count those as lost (and forgets them at the
-    /// next attach); `attach_waits` does the same.
+    /// Detaches the lock and GIL probes. Probes attach one by one and
+    /// detach in no set order, so meanwhile entries are seen without their
+    /// returns or the reverse: the BPF side is told first not to count
+    /// those as lost (and forgets them at the next attach); `attach_waits`
+    /// does the same.
     fn detach_waits(&mut self) {
         if self.wait_links.is_empty() {
             return;
@@ -495,10 +495,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if let Err(e) = self.bpf.settle_waits() {
             warn!("lock and GIL probes: {e}");
         }
-        let (enters, exits): (Vec<Link>, Vec<Link>) =
-            std::mem::take(&mut self.wait_links).into_iter().unzip();
-        self.bpf.detach(exits);
-        self.bpf.detach(enters);
+        let links = std::mem::take(&mut self.wait_links)
+            .into_iter()
+            .flat_map(|(enter, exit)| [exit, enter]);
+        self.bpf.detach(links);
     }
 
     fn count_waits(&mut self, on: bool) {
@@ -514,8 +514,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         let Some((links, since)) = self.window.take() else {
             return;
         };
-        // Measured before detaching: each uprobe detach waits for an RCU
-        // grace period (tens of ms), and the probes go one by one.
+        // Measured before detaching: a detach waits for RCU grace periods
+        // (tens of ms to ~0.1 s).
         let open = since.elapsed();
         match self.phase {
             Phase::Attribution => {

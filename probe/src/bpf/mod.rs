@@ -199,9 +199,10 @@ impl<'obj> Bpf<'obj> {
     /// (measured: 4 threads blocked 6-8 ms at each window's end).
     ///
     /// Attaches may be grouped in one call: a registration keeps the grace
-    /// period paid for the next ones right after it. Detaches may not: each
-    /// waits for further grace periods after its unregistration, long
-    /// enough for the warm-up to lapse, so [`Bpf::detach`] warms each.
+    /// period paid for the next ones right after it. Detaches in a row may
+    /// not: each close waits for further grace periods after its
+    /// unregistration, long enough for the warm-up to lapse, so
+    /// [`Bpf::detach`] closes its links at once, from threads of their own.
     pub fn quietly<T>(&self, f: impl FnOnce() -> T) -> T {
         if self.warm.get() {
             return f();
@@ -225,10 +226,36 @@ impl<'obj> Bpf<'obj> {
         out
     }
 
-    /// Detaches probes one by one, each [`Bpf::quietly`].
+    /// Detaches probes, all under one [`Bpf::quietly`]: each link is
+    /// closed on a thread of its own, so every unregistration happens while
+    /// the warm-up holds and the grace periods each close then waits for
+    /// overlap. Closed one after the other, each with its own warm-up, the
+    /// lock and GIL probes took ~0.45 s to go, all the while still trapping
+    /// in the target (strace of a default recording: 4 links, ~110 ms
+    /// each).
     pub fn detach(&self, links: impl IntoIterator<Item = Link>) {
-        for link in links {
-            self.quietly(|| drop(link));
+        let links: Vec<Link> = links.into_iter().collect();
+        match links.len() {
+            0 => {}
+            1 => self.quietly(|| drop(links)),
+            _ => self.quietly(|| {
+                std::thread::scope(|s| {
+                    for link in links {
+                        let closer = std::thread::Builder::new()
+                            .name("plumber-detach".into())
+                            .stack_size(64 * 1024);
+                        let close = move || {
+                            crate::record::leave_stop_signals_to_main();
+                            drop(link)
+                        };
+                        // A thread that cannot start drops its closure, and
+                        // so closes the link, right here.
+                        if let Err(e) = closer.spawn_scoped(s, close) {
+                            debug!("detach thread not started, link closed in line: {e}");
+                        }
+                    }
+                });
+            }),
         }
     }
 
