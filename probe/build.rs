@@ -32,6 +32,7 @@ fn main() {
         "plumber.h",
         "sample.bpf.c",
         "sample.h",
+        "stack_copy.h",
         "target.h",
     ] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
