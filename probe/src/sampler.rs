@@ -284,6 +284,12 @@ fn worker(
             return SampledStacks::default();
         }
     };
+    // Before sampling starts, so the recording does not see it: the
+    // libraries' files are mapped and their headers parsed (milliseconds;
+    // the unwind sections are paged in as unwinds look them up), and the
+    // kernel's symbols loaded.
+    let mut state = Processor::new(pid, hz);
+    state.names.load_kernel_symbols();
     match sbpf.attach(hz) {
         Ok(n) => {
             let _ = ready.send(Ok(n));
@@ -293,10 +299,6 @@ fn worker(
             return SampledStacks::default();
         }
     }
-    // After the recording is told sampling runs: reading the libraries'
-    // unwind sections takes a while (libtensorflow_cc's are 36 MB), and
-    // the ring buffer holds the first seconds of samples meanwhile.
-    let mut state = Processor::new(pid, hz);
     let mut last_refresh = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
@@ -307,9 +309,12 @@ fn worker(
         let _ = rb.consume();
         let mut batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
         batch.extend(waits.try_iter().flatten());
-        // New libraries (dlopen) and JIT regions: look again now and then.
-        if last_refresh.elapsed() >= Duration::from_secs(2) {
+        // New libraries (dlopen) and JIT regions: look again when samples
+        // ran into code of no known mapping, at most every 2 s (reading
+        // the maps of TensorFlow's thousands of mappings costs ~2 ms).
+        if state.stale_maps && last_refresh.elapsed() >= Duration::from_secs(2) {
             state.unwinder.refresh();
+            state.stale_maps = false;
             last_refresh = Instant::now();
         }
         state.process(&batch, &sbpf);
@@ -367,6 +372,9 @@ struct Processor {
     /// Sampled waits: (address stack, wait kind) -> (samples, wait ns).
     raw_waits: HashMap<(RawStack, u32), (u64, u64)>,
     out: SampledStacks,
+    /// A sample was in code of no known mapping, or its unwind failed:
+    /// /proc/PID/maps may have changed.
+    stale_maps: bool,
 }
 
 impl Processor {
@@ -376,6 +384,7 @@ impl Processor {
             names: FrameNames::new(pid),
             raw: HashMap::new(),
             raw_waits: HashMap::new(),
+            stale_maps: false,
             out: SampledStacks {
                 period_ns: 1_000_000_000 / u64::from(hz.max(1)),
                 ..Default::default()
@@ -411,6 +420,9 @@ impl Processor {
                 .any(|a| self.names.kernel(*a).contains("exc_int3"));
             let ip = if in_int3 { s.ip.wrapping_sub(1) } else { s.ip };
             let (user, end) = self.unwinder.unwind(ip, s.sp, s.bp, &s.stack);
+            if end == Truncation::Failed || !self.unwinder.is_mapped_code(ip) {
+                self.stale_maps = true;
+            }
             if let Some(kind) = s.wait_kind() {
                 // Not a CPU sample: kept apart, and bounded the same way.
                 let key = (

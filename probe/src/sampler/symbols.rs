@@ -68,6 +68,14 @@ impl FrameNames {
         }
     }
 
+    /// Loads the kernel's symbols (blazesym reads /proc/kallsyms whole,
+    /// ~60 ms of CPU here) so that the first kernel-mode sample of the
+    /// recording does not: called before sampling starts.
+    pub fn load_kernel_symbols(&mut self) {
+        // Any kernel address will do: the resolver stays cached.
+        self.resolve_kernel(&[0xffff_ffff_8100_0000]);
+    }
+
     pub fn resolve_kernel(&mut self, addrs: &[u64]) {
         let mut todo: Vec<u64> = addrs
             .iter()

@@ -5,17 +5,21 @@
 //! (JIT code, anonymous mappings).
 //!
 //! Modules come from /proc/PID/maps; their files are opened through
-//! /proc/PID/root so a target in a container works. Only the unwind
-//! sections are read (libtensorflow_cc is 0.8 GB, its .eh_frame 30 MB), and
-//! each file's sections are kept per path for the whole recording.
+//! /proc/PID/root so a target in a container works. Each file is mapped,
+//! not read: libtensorflow_cc's unwind sections are 36 MB, and reading them
+//! took the first second of a recording, on cores the target needs, while
+//! an unwind with `.eh_frame_hdr` looks up the few pages it needs (a binary
+//! search, then one FDE). Each file's mapping is kept per path for the
+//! whole recording.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment};
 use tracing::debug;
 
@@ -64,6 +68,22 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
     out
 }
 
+/// A section of a mapped file.
+#[derive(Clone)]
+pub struct Section {
+    file: Arc<Mmap>,
+    range: Range<usize>,
+}
+
+impl Deref for Section {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // In bounds: checked when the section was made (`section`).
+        &self.file[self.range.clone()]
+    }
+}
+
 /// The unwind sections of one ELF file, shared by every mapping of it.
 struct ModuleData {
     /// (p_offset, p_vaddr) of each PT_LOAD segment.
@@ -71,25 +91,33 @@ struct ModuleData {
     text_svma: Option<Range<u64>>,
     got_svma: Option<Range<u64>>,
     eh_frame_svma: Option<Range<u64>>,
-    eh_frame: Option<Arc<[u8]>>,
+    eh_frame: Option<Section>,
     eh_frame_hdr_svma: Option<Range<u64>>,
-    eh_frame_hdr: Option<Arc<[u8]>>,
+    eh_frame_hdr: Option<Section>,
 }
 
 fn load_module(path: &str, pid: i32) -> Option<ModuleData> {
     let file = File::open(format!("/proc/{pid}/root{path}"))
         .or_else(|_| File::open(path))
         .ok()?;
-    // ReadCache reads only the byte ranges asked for.
-    let cache = object::ReadCache::new(file);
-    let obj = object::File::parse(&cache).ok()?;
+    // SAFETY: a read-only private mapping of a library the target runs;
+    // it is only read as bytes. Truncating the file under it (which would
+    // fault the target as well) is the one way to break that; packages
+    // replace libraries by renaming, which leaves this mapping intact.
+    let file = Arc::new(unsafe { Mmap::map(&file) }.ok()?);
+    let obj = object::File::parse(&file[..]).ok()?;
     let range = |name: &str| {
         obj.section_by_name(name)
             .map(|s| s.address()..s.address() + s.size())
     };
-    let data = |name: &str| -> Option<Arc<[u8]>> {
-        let s = obj.section_by_name(name)?;
-        s.data().ok().map(Arc::from)
+    let section = |name: &str| -> Option<Section> {
+        let (offset, size) = obj.section_by_name(name)?.file_range()?;
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(usize::try_from(size).ok()?)?;
+        (end <= file.len()).then(|| Section {
+            file: file.clone(),
+            range: start..end,
+        })
     };
     let segments = obj
         .segments()
@@ -100,9 +128,9 @@ fn load_module(path: &str, pid: i32) -> Option<ModuleData> {
         text_svma: range(".text"),
         got_svma: range(".got"),
         eh_frame_svma: range(".eh_frame"),
-        eh_frame: data(".eh_frame"),
+        eh_frame: section(".eh_frame"),
         eh_frame_hdr_svma: range(".eh_frame_hdr"),
-        eh_frame_hdr: data(".eh_frame_hdr"),
+        eh_frame_hdr: section(".eh_frame_hdr"),
     })
 }
 
@@ -140,7 +168,7 @@ pub enum Truncation {
 
 pub struct StackUnwinder {
     pid: i32,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<Section>,
     cache: CacheX86_64,
     files: HashMap<String, Option<Arc<ModuleData>>>,
     /// Start addresses of the modules added.
@@ -223,7 +251,14 @@ impl StackUnwinder {
                 eh_frame: data.eh_frame.clone(),
                 eh_frame_hdr_svma: data.eh_frame_hdr_svma.clone(),
                 eh_frame_hdr: data.eh_frame_hdr.clone(),
-                ..Default::default()
+                // Mach-O and PE sections, and what .eh_frame covers.
+                text: None,
+                stubs_svma: None,
+                stub_helper_svma: None,
+                unwind_info: None,
+                debug_frame: None,
+                text_segment_svma: None,
+                text_segment: None,
             };
             self.unwinder
                 .add_module(Module::new(path.to_string(), lo..hi, bias, info));
