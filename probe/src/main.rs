@@ -118,10 +118,9 @@ struct RecordArgs {
     #[arg(long, hide = true)]
     io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread while on CPU, for
-    /// the flamegraphs (cpu.folded, cpu.svg, profile.pb.gz), e.g. 49; 0
-    /// (the default for now) disables: at 49 Hz the target loses about 1%
-    /// more of its throughput while recorded (BENCHMARKS.md).
-    #[arg(long, default_value_t = 0)]
+    /// the flamegraphs (cpu.folded, cpu.svg, profile.pb.gz); 0 disables
+    /// them. At 49 Hz a sample costs the target ~7 us (BENCHMARKS.md).
+    #[arg(long, default_value_t = 49)]
     sample_hz: u32,
 }
 

@@ -341,6 +341,13 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let target = Target::open(opts.pid)?;
     install_signal_handlers(on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
+    // The sampler gets ready (loads its program, maps the libraries for
+    // unwinding, reads the kernel's symbols) while the layout is derived
+    // and the BPF programs load.
+    let sampler = match opts.sample_hz {
+        0 => None,
+        hz => Some(Sampler::spawn(opts.pid, hz)),
+    };
     let (derived, cache_hit) = attach::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
         (ModeChoice::Uprobes, _) => false,
@@ -378,15 +385,13 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     };
     // Sampling is an extra: a recording without it still has everything
     // else, so a failure to start is reported, not fatal.
-    let (sampler, sampler_failed) = match opts.sample_hz {
-        0 => (None, false),
-        hz => match Sampler::start(opts.pid, hz) {
-            Ok(s) => (Some(s), false),
-            Err(e) => {
-                warn!("stack sampling disabled: {e}");
-                (None, true)
-            }
-        },
+    let (sampler, sampler_failed) = match sampler.map(|s| s.and_then(Sampler::ready)) {
+        None => (None, false),
+        Some(Ok(s)) => (Some(s), false),
+        Some(Err(e)) => {
+            warn!("stack sampling disabled: {e}");
+            (None, true)
+        }
     };
     let ctx = Ctx {
         opts,

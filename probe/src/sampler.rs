@@ -145,6 +145,9 @@ impl SampledStacks {
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     worker: Option<JoinHandle<SampledStacks>>,
+    /// Until [`Sampler::ready`]: the worker's word that sampling runs,
+    /// and when it was started.
+    ready: Option<(mpsc::Receiver<Result<usize, SamplerError>>, Instant)>,
     start_wall_ns: u64,
     waits: mpsc::Sender<Vec<RawSample>>,
 }
@@ -157,9 +160,10 @@ fn wall_ns() -> u64 {
 }
 
 impl Sampler {
-    /// Loads and attaches the sampler on its worker thread; returns once
-    /// sampling runs (or why it cannot).
-    pub fn start(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
+    /// Starts the worker, which loads and attaches the sampler; returns at
+    /// once, so its set-up overlaps the recording's (see
+    /// [`Sampler::ready`]).
+    pub fn spawn(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (waits, waits_rx) = mpsc::channel();
@@ -171,31 +175,38 @@ impl Sampler {
                 worker(pid, hz, &stop2, ready_tx, waits_rx)
             })
             .map_err(SamplerError::Thread)?;
-        let t0 = Instant::now();
-        match ready_rx.recv() {
+        Ok(Sampler {
+            stop,
+            worker: Some(worker),
+            ready: Some((ready_rx, Instant::now())),
+            start_wall_ns: 0,
+            waits,
+        })
+    }
+
+    /// The sampler once it runs, or why it cannot (its worker has then
+    /// ended).
+    pub fn ready(mut self) -> Result<Sampler, SamplerError> {
+        let Some((ready, t0)) = self.ready.take() else {
+            return Ok(self);
+        };
+        let failed = match ready.recv() {
             Ok(Ok(cpus)) => {
+                self.start_wall_ns = wall_ns();
                 info!(
-                    hz,
                     cpus,
                     ms = t0.elapsed().as_millis() as u64,
                     "stack sampling started"
                 );
-                Ok(Sampler {
-                    stop,
-                    worker: Some(worker),
-                    start_wall_ns: wall_ns(),
-                    waits,
-                })
+                return Ok(self);
             }
-            Ok(Err(e)) => {
-                let _ = worker.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = worker.join();
-                Err(SamplerError::Gone)
-            }
+            Ok(Err(e)) => e,
+            Err(_) => SamplerError::Gone,
+        };
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
         }
+        Err(failed)
     }
 
     /// Where the stack copies of sampled lock and GIL waits go, to be
@@ -249,19 +260,6 @@ fn worker(
     ready: mpsc::Sender<Result<usize, SamplerError>>,
     waits: mpsc::Receiver<Vec<RawSample>>,
 ) -> SampledStacks {
-    // Unwinding and naming frames is best-effort work on a machine whose
-    // cores the target may need: run it at the lowest priority.
-    // SAFETY: plain syscalls on our own thread id; no memory is passed.
-    let niced = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19)
-    };
-    if niced != 0 {
-        debug!(
-            "sampler thread keeps its priority: {}",
-            std::io::Error::last_os_error()
-        );
-    }
     let mut obj = MaybeUninit::uninit();
     let mut sbpf = match SampleBpf::load(&mut obj, pid, hz) {
         Ok(b) => b,
@@ -298,6 +296,21 @@ fn worker(
             let _ = ready.send(Err(e));
             return SampledStacks::default();
         }
+    }
+    // Unwinding and naming frames is best-effort work on a machine whose
+    // cores the target may need: run it at the lowest priority. Not the
+    // set-up above: niced on a busy machine it took up to 0.5 s, which the
+    // recording's start waits for, and it is over before the recording.
+    // SAFETY: plain syscalls on our own thread id; no memory is passed.
+    let niced = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19)
+    };
+    if niced != 0 {
+        debug!(
+            "sampler thread keeps its priority: {}",
+            std::io::Error::last_os_error()
+        );
     }
     let mut last_refresh = Instant::now();
     while !stop.load(Ordering::SeqCst) {
