@@ -663,6 +663,9 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             {
                 par_tries += 1;
                 last_par_try = Some(Instant::now());
+                // The GetNext probe is back for a while: bench/windows.py
+                // lines throughput up on these too.
+                debug!(try_ = par_tries, "looking for parallel ops' iterators");
                 match self.discover() {
                     Ok(iters) => {
                         for (it, _) in iters {
