@@ -24,7 +24,7 @@ mod unwind;
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -141,9 +141,16 @@ impl SampledStacks {
     }
 }
 
+/// What the worker is to do: sample, or stop and name what it has
+/// ([`Sampler::finish`]), or stop and drop it (the recording failed: naming
+/// would build libtensorflow_cc's symbol index, ~1.5 s, for nothing).
+const RUN: u8 = 0;
+const FINISH: u8 = 1;
+const DISCARD: u8 = 2;
+
 /// The running sampler; [`Sampler::finish`] stops it.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    state: Arc<AtomicU8>,
     worker: Option<JoinHandle<SampledStacks>>,
     /// Until [`Sampler::ready`]: the worker's word that sampling runs,
     /// and when it was started.
@@ -164,19 +171,19 @@ impl Sampler {
     /// once, so its set-up overlaps the recording's (see
     /// [`Sampler::ready`]).
     pub fn spawn(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(AtomicU8::new(RUN));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (waits, waits_rx) = mpsc::channel();
-        let stop2 = stop.clone();
+        let state2 = state.clone();
         let worker = std::thread::Builder::new()
             .name("plumber-sampler".into())
             .spawn(move || {
                 crate::record::leave_stop_signals_to_main();
-                worker(pid, hz, &stop2, ready_tx, waits_rx)
+                worker(pid, hz, &state2, ready_tx, waits_rx)
             })
             .map_err(SamplerError::Thread)?;
         Ok(Sampler {
-            stop,
+            state,
             worker: Some(worker),
             ready: Some((ready_rx, Instant::now())),
             start_wall_ns: 0,
@@ -217,10 +224,10 @@ impl Sampler {
 
     /// Stops sampling, processes what is left and returns the stacks.
     pub fn finish(mut self) -> SampledStacks {
-        self.stop.store(true, Ordering::SeqCst);
+        self.state.store(FINISH, Ordering::SeqCst);
         let end_wall_ns = wall_ns();
         match self.worker.take().map(|w| {
-            // Cut its sleep short (up to 250 ms, bpf::ring_plan).
+            // Cut its sleep short (up to 1 s, bpf::ring_plan).
             w.thread().unpark();
             w.join()
         }) {
@@ -245,7 +252,7 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.state.store(DISCARD, Ordering::SeqCst);
         if let Some(w) = self.worker.take() {
             w.thread().unpark();
             let _ = w.join();
@@ -256,7 +263,7 @@ impl Drop for Sampler {
 fn worker(
     pid: i32,
     hz: u32,
-    stop: &AtomicBool,
+    run: &AtomicU8,
     ready: mpsc::Sender<Result<usize, SamplerError>>,
     waits: mpsc::Receiver<Vec<RawSample>>,
 ) -> SampledStacks {
@@ -313,7 +320,7 @@ fn worker(
         );
     }
     let mut last_refresh = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
+    while run.load(Ordering::SeqCst) == RUN {
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
         // timer, as seldom as the ring allows (bpf::ring_plan). Woken
         // early (unpark) when the recording stops us. consume() errors
@@ -333,6 +340,9 @@ fn worker(
         state.process(&batch, &sbpf);
     }
     sbpf.detach();
+    if run.load(Ordering::SeqCst) == DISCARD {
+        return SampledStacks::default();
+    }
     let _ = rb.consume();
     let mut batch: Vec<RawSample> = raw.borrow_mut().drain(..).collect();
     // The recording sent its last wait stacks before stopping us.

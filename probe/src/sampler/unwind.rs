@@ -100,10 +100,10 @@ fn load_module(path: &str, pid: i32) -> Option<ModuleData> {
     let file = File::open(format!("/proc/{pid}/root{path}"))
         .or_else(|_| File::open(path))
         .ok()?;
-    // SAFETY: a read-only private mapping of a library the target runs;
-    // it is only read as bytes. Truncating the file under it (which would
-    // fault the target as well) is the one way to break that; packages
-    // replace libraries by renaming, which leaves this mapping intact.
+    // SAFETY: a read-only mapping of a library the target runs, only read
+    // as bytes. Truncating the file under it (which would fault the target
+    // as well) is the one way to break that; packages replace libraries by
+    // renaming, which leaves this mapping intact.
     let file = Arc::new(unsafe { Mmap::map(&file) }.ok()?);
     let obj = object::File::parse(&file[..]).ok()?;
     let range = |name: &str| {
