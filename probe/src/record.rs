@@ -335,9 +335,31 @@ fn push_retired(
     Ok(unreadable)
 }
 
+/// Our threads wake several times a second on a machine the target may
+/// keep busy, and on 2 saturated cores a wakeup that preempts a pipeline
+/// thread was measured to cost the pipeline 150-200 us, far more than the
+/// work it does (BENCHMARKS.md). A waking SCHED_BATCH thread does not
+/// preempt the one running (the fair class's wakeup preemption skips it):
+/// it runs when that thread's slice ends, with the same share of the CPU
+/// as before, so it is not starved while it holds the kernel's uprobe
+/// locks. Threads started after this inherit it; `run` does not use it,
+/// as its child, the training job, would inherit it too.
+fn batch_scheduling() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
+    // valid, initialised sched_param, which it only reads.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        debug!(
+            "keeping the default scheduling policy: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
+    batch_scheduling();
     let target = Target::open(opts.pid)?;
     install_signal_handlers(on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
