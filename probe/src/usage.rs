@@ -66,9 +66,9 @@ const WINDOW: Duration = Duration::from_millis(250);
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
 
 /// When the attribution windows open. Each window costs the image pipeline
-/// about 0.035 s of its throughput (the second that holds it runs at
-/// 0.96-0.97 of the unrecorded rate, the seconds between windows at
-/// 0.99-1.00), so how often they come is what the default mode costs:
+/// about 0.035-0.045 s of its throughput (the second that holds it runs at
+/// 0.95-0.97 of the unrecorded rate, the seconds between windows at
+/// 0.985-1.00), so how often they come is what the default mode costs:
 /// one every 5 s was 0.7% of a 30 s recording.
 ///
 /// Windows are spread so that a recording gets at least `MIN_WINDOWS`
