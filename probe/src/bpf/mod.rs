@@ -60,7 +60,10 @@ pub struct Bpf<'obj> {
 
 /// Removes the grace-period warm-up probes (see [`Bpf::quietly`]) on a
 /// thread of its own: a removal waits ~100 ms for grace periods, and
-/// nothing needs to wait for it. Dropping the reaper waits for them all.
+/// nothing needs to wait for it. One at a time: these are perf-event
+/// uprobes, whose removals the kernel serialises anyway, and a queue of
+/// them would hold up the next warm-up's registration. Dropping the reaper
+/// waits for them all.
 struct Reaper {
     tx: Option<mpsc::Sender<Link>>,
     thread: Option<JoinHandle<()>>,
@@ -94,6 +97,24 @@ impl Reaper {
             // A failed send hands the link back: drop it here.
             let _ = tx.send(link);
         }
+    }
+}
+
+/// Closes `link` on a thread of its own within `scope`: closing a uprobe
+/// link waits for RCU grace periods, and closes on separate threads wait
+/// for them together.
+fn close_apart<'scope>(scope: &'scope std::thread::Scope<'scope, '_>, link: Link) {
+    let closer = std::thread::Builder::new()
+        .name("plumber-detach".into())
+        .stack_size(64 * 1024);
+    let close = move || {
+        crate::record::leave_stop_signals_to_main();
+        drop(link)
+    };
+    // A thread that cannot start drops its closure, and so closes the
+    // link, right here.
+    if let Err(e) = closer.spawn_scoped(scope, close) {
+        debug!("detach thread not started, link closed in line: {e}");
     }
 }
 
@@ -239,22 +260,7 @@ impl<'obj> Bpf<'obj> {
             0 => {}
             1 => self.quietly(|| drop(links)),
             _ => self.quietly(|| {
-                std::thread::scope(|s| {
-                    for link in links {
-                        let closer = std::thread::Builder::new()
-                            .name("plumber-detach".into())
-                            .stack_size(64 * 1024);
-                        let close = move || {
-                            crate::record::leave_stop_signals_to_main();
-                            drop(link)
-                        };
-                        // A thread that cannot start drops its closure, and
-                        // so closes the link, right here.
-                        if let Err(e) = closer.spawn_scoped(s, close) {
-                            debug!("detach thread not started, link closed in line: {e}");
-                        }
-                    }
-                });
+                std::thread::scope(|s| links.into_iter().for_each(|link| close_apart(s, link)))
             }),
         }
     }
@@ -376,26 +382,32 @@ impl<'obj> Bpf<'obj> {
     ) -> Result<Vec<Link>, BpfError> {
         use crate::attach::LibcIo;
         let p = &self.skel.progs;
-        let mut links = Vec::new();
-        for &(kind, offset, _name) in points {
-            let enter = match kind {
-                LibcIo::Read => &p.libc_read_enter,
-                LibcIo::Open => &p.libc_open_enter,
-                LibcIo::OpenAt => &p.libc_openat_enter,
-                LibcIo::Close => &p.libc_close_enter,
-            };
-            if kind != LibcIo::Close {
-                links.push(self.attach(
-                    &p.libc_io_exit,
-                    "libc file return probe",
-                    true,
-                    lib,
-                    offset,
-                )?);
+        // One warm-up for all: the reaper removes them one at a time, ~0.1 s
+        // each, and one per probe (23 on glibc 2.36) kept it busy for the
+        // recording's first 2.5 s and held a 1 s recording's exit back by
+        // 1.5 s (its drop waits for them).
+        self.quietly(|| {
+            let mut links = Vec::new();
+            for &(kind, offset, _name) in points {
+                let enter = match kind {
+                    LibcIo::Read => &p.libc_read_enter,
+                    LibcIo::Open => &p.libc_open_enter,
+                    LibcIo::OpenAt => &p.libc_openat_enter,
+                    LibcIo::Close => &p.libc_close_enter,
+                };
+                if kind != LibcIo::Close {
+                    links.push(self.attach(
+                        &p.libc_io_exit,
+                        "libc file return probe",
+                        true,
+                        lib,
+                        offset,
+                    )?);
+                }
+                links.push(self.attach(enter, "libc file probe", false, lib, offset)?);
             }
-            links.push(self.attach(enter, "libc file probe", false, lib, offset)?);
-        }
-        Ok(links)
+            Ok(links)
+        })
     }
 
     /// The file syscalls' own tracepoints; without tracefs, the raw
