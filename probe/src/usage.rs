@@ -200,7 +200,7 @@ pub struct Usage<'a, 'obj> {
     /// Stacks are left unnamed (PLUMBER_PROBE_SKIP=symbolize).
     no_symbolize: bool,
     last_window: Option<Instant>,
-    /// Attribution windows opened so far, and when they are due.
+    /// Attribution windows opened so far (`Schedule::gap` depends on it).
     windows_opened: u32,
     schedule: Schedule,
     registry: Option<NameRegistry>,
@@ -607,7 +607,6 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             return None;
         }
         let due = |since: Instant, after: Duration| after.checked_sub(since.elapsed());
-        let gap = self.schedule.gap(self.windows_opened);
         match (&self.window, self.phase) {
             (Some((_, since)), Phase::Attribution) => match due(*since, WINDOW) {
                 Some(left) => return Some(left),
@@ -617,7 +616,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 Some(left) => return Some(left),
                 None => self.close_window_part(false),
             },
-            (None, _) => match self.last_window.and_then(|t| due(t, gap)) {
+            (None, _) => match self.next_window_in() {
                 Some(left) => return Some(left),
                 None => self.open_window(),
             },
@@ -626,11 +625,15 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         match (&self.window, self.phase) {
             (Some(_), Phase::Attribution) => Some(WINDOW),
             (Some(_), Phase::Waits) => Some(WAIT_WINDOW),
-            (None, _) => {
-                let gap = self.schedule.gap(self.windows_opened);
-                self.last_window.and_then(|t| due(t, gap))
-            }
+            (None, _) => self.next_window_in(),
         }
+    }
+
+    /// How long until the next attribution window opens; None when it is
+    /// due now (or none has opened yet: the first opens at once).
+    fn next_window_in(&self) -> Option<Duration> {
+        let gap = self.schedule.gap(self.windows_opened);
+        self.last_window.and_then(|t| gap.checked_sub(t.elapsed()))
     }
 
     /// A node that died between two polls (RemoveNode): its path, from
