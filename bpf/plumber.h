@@ -141,6 +141,9 @@ struct pp_thread {
 #define PP_STACK_UNSAMPLED (-1000)
 
 #define PP_THREAD_EXITED 1u
+/* Has booked, in the current attribution window, the stretch its close
+ * cut: nothing more counts for it there. */
+#define PP_THREAD_BOOKED 2u
 
 /* A followed file descriptor (the fds map's value). The user stack at a
  * read names the op reading; walking it costs several us, so it is taken

@@ -278,8 +278,9 @@ int getnext_exit(struct pt_regs *ctx)
  * `record_stop_probe` and `on_switch` are attached. Each
  * model::Node::record_stop(node) call on a thread ends a stretch of work
  * that TensorFlow itself books to `node`; the on-CPU time, waits and reads
- * of that stretch are added to (thread, node). Those totals are only used as
- * ratios per thread. Blocks (a voluntary switch-out to the next switch-in)
+ * of that stretch are added to (thread, node), the parts inside the window
+ * only (see attr_open_ns). Those totals are only used as ratios per
+ * thread. Blocks (a voluntary switch-out to the next switch-in)
  * outside the timed slow paths are condition waits, idle pools or sleeps;
  * they are timed in the windows only, and scaled by user space.
  *
@@ -296,6 +297,16 @@ int getnext_exit(struct pt_regs *ctx)
 
 /* Bumped by user space at the start of each attribution window. */
 volatile __u32 attr_gen = 0;
+/* The window's bounds (ktime), set by user space: attr_open_ns once its
+ * probes are all in (0 while they are being attached: nothing counts),
+ * attr_close_ns when it ends (0 until then). The probes stay a little past
+ * the close, so that each thread's stretch in progress at the close is
+ * booked, up to the close, to the node of the stop that ends it; likewise
+ * the stretch in progress at the open is booked from the open. Cutting
+ * those stretches off instead under-counts the ops whose stretches are
+ * long (TFRecord's reads read at a third of their CPU). */
+volatile __u64 attr_open_ns = 0;
+volatile __u64 attr_close_ns = 0;
 /* Generation of the lock and GIL probes' attachment, set by user space:
  * even once all are attached, odd while they are being attached or
  * detached (entry and return probes come and go one after the other, an
@@ -428,13 +439,61 @@ static __always_inline struct pp_thread *current_state(void)
 
 static __always_inline __s64 user_stack(void *ctx);
 
+/* Brings the thread into the current attribution window at its first
+ * event there (`running`: it is on a CPU now). Returns the time up to
+ * which its stretch in progress counts (now, or the window's close), or 0
+ * when nothing it does counts: no window open, or the thread has already
+ * booked the stretch the close cut. */
+static __always_inline __u64 window_clock(struct pp_thread *st, __u64 now, bool running)
+{
+	__u64 open = attr_open_ns;
+	if (!open || now < open)
+		return 0;
+	__u32 gen = attr_gen;
+	if (st->gen != gen) {
+		st->gen = gen;
+		st->flags &= ~PP_THREAD_BOOKED;
+		st->seg_cpu = 0;
+		st->seg_io = 0;
+		__builtin_memset(&st->seg, 0, sizeof(st->seg));
+		/* A span needs a start seen in the window. */
+		st->span_start = 0;
+		/* sched_switch is attached before the window opens, so a
+		 * thread first seen on a CPU has been on it since the open. */
+		st->on_since = running ? open : 0;
+	}
+	if (st->flags & PP_THREAD_BOOKED)
+		return 0;
+	__u64 close = attr_close_ns;
+	return close && now > close ? close : now;
+}
+
+/* The part of [start, now] inside the attribution window. */
+static __always_inline __u64 window_part(__u64 start, __u64 now)
+{
+	__u64 open = attr_open_ns, close = attr_close_ns;
+	if (!open)
+		return 0;
+	__u64 lo = start > open ? start : open;
+	__u64 hi = close && now > close ? close : now;
+	return hi > lo ? hi - lo : 0;
+}
+
+/* On-CPU time of the thread's stretch, up to `end` (0: none counts). */
+static __always_inline void add_on_cpu(struct pp_thread *st, __u64 end)
+{
+	if (end && st->on_since && end > st->on_since)
+		st->seg_cpu += end - st->on_since;
+}
+
 /* In a timed slow path entered under the current attachment of the wait
  * probes (an older entry's return may have gone unseen). */
 static __always_inline bool in_slow_path(const struct pp_thread *st)
 {
 	return st->wait_depth > 0 && st->wait_gen == wait_gen;
 }
-static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 ns, __s64 stack);
+static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 start, __u64 now,
+					 bool in_window, __s64 stack);
 static __always_inline bool is_read_nr(long nr);
 
 SEC("tp_btf/sched_switch")
@@ -460,8 +519,7 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			if (ns_tid)
 				st->ns_tid = ns_tid;
 			st->cpu_ns = BPF_CORE_READ(prev, se.sum_exec_runtime);
-			if (st->on_since && now > st->on_since)
-				st->seg_cpu += now - st->on_since;
+			add_on_cpu(st, window_clock(st, now, true));
 			st->on_since = 0;
 			if (prev_state & TASK_DEAD_STATE) {
 				st->flags |= PP_THREAD_EXITED;
@@ -480,12 +538,13 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 	if (host && BPF_CORE_READ(next, tgid) == host) {
 		struct pp_thread *st = thread_state(BPF_CORE_READ(next, pid));
 		if (st) {
+			bool in_window = window_clock(st, now, false) != 0;
 			st->on_since = now;
 			/* A block that began in an earlier window (the tracepoint
 			 * was detached in between) has no known length. */
 			if (st->blocked_since && now > st->blocked_since &&
 			    st->block_gen == attr_gen)
-				account_wait(st, PP_WAIT_BLOCK, now - st->blocked_since,
+				account_wait(st, PP_WAIT_BLOCK, st->blocked_since, now, in_window,
 					     st->block_stack);
 			/* Idle until now: the next span starts here. */
 			if (st->blocked_since)
@@ -533,21 +592,16 @@ int record_stop_probe(struct pt_regs *ctx)
 	if (!st)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 gen = attr_gen;
-	if (st->on_since && now > st->on_since)
-		st->seg_cpu += now - st->on_since;
+	__u64 end = window_clock(st, now, true);
+	add_on_cpu(st, end);
 	/* The thread is running: we are on it. */
 	st->on_since = now;
-	if (st->gen != gen) {
-		/* First stop in this window: what came before is not known to
-		 * belong to this node. */
-		st->gen = gen;
-		st->seg_cpu = 0;
-		st->seg_io = 0;
-		st->span_start = now;
-		__builtin_memset(&st->seg, 0, sizeof(st->seg));
+	if (!end)
 		return 0;
-	}
+	/* Past the close: the stretch the close cut ends here, and it is the
+	 * thread's last in this window. */
+	if (end < now)
+		st->flags |= PP_THREAD_BOOKED;
 	if (trace_spans)
 		send_span(st, PT_REGS_PARM1(ctx), now);
 	struct pp_attr_key key = {
@@ -584,14 +638,25 @@ static __always_inline __s64 user_stack(void *ctx)
 	return id;
 }
 
-static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 ns, __s64 stack)
+/* A wait from `start` to `now`. The thread's stretch (`in_window`) gets
+ * its part inside the attribution window. The totals get all of a lock,
+ * condition or GIL wait (while they count) and of a read, and a block's
+ * part inside the window (blocks are timed there only). */
+static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 start, __u64 now,
+					 bool in_window, __s64 stack)
 {
 	if (kind >= PP_WAIT__COUNT)
 		return;
-	st->seg.ns[kind] += ns;
-	st->seg.n[kind] += 1;
+	__u64 part = window_part(start, now);
+	if (in_window && part) {
+		st->seg.ns[kind] += part;
+		st->seg.n[kind] += 1;
+	}
 	bool slow_path = kind == PP_WAIT_LOCK || kind == PP_WAIT_COND || kind == PP_WAIT_GIL;
 	if (slow_path && !count_waits)
+		return;
+	__u64 ns = kind == PP_WAIT_BLOCK ? part : now - start;
+	if (!ns)
 		return;
 	st->waits.ns[kind] += ns;
 	st->waits.n[kind] += 1;
@@ -693,7 +758,8 @@ static __always_inline int wait_exit(struct pt_regs *ctx)
 	if (--st->wait_depth == 0 && st->wait_start) {
 		__u64 now = bpf_ktime_get_ns();
 		__u64 ns = now - st->wait_start;
-		account_wait(st, st->wait_kind, ns, st->wait_stack);
+		bool in_window = window_clock(st, now, true) != 0;
+		account_wait(st, st->wait_kind, st->wait_start, now, in_window, st->wait_stack);
 		/* Some of the waits the call sites' stacks were taken for. */
 		if (copy_wait_stacks && count_waits && st->wait_stack != PP_STACK_UNSAMPLED &&
 		    __sync_fetch_and_add(&wait_copy_tick, 1) % PP_WAIT_COPY_SAMPLE == 0)
@@ -811,14 +877,20 @@ static __always_inline int sys_exit_st(struct pp_thread *st, long nr, long ret)
 		return 0;
 	if (st->sys_nr != nr || !st->sys_start)
 		return 0;
-	__u64 dur = bpf_ktime_get_ns() - st->sys_start;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = st->sys_start;
+	__u64 dur = now - start;
 	st->sys_nr = 0;
 	st->sys_start = 0;
 	if (is_read_nr(nr)) {
 		if (ret <= 0)
 			return 0;
-		account_wait(st, PP_WAIT_IO, dur, -1);
-		st->seg_io += ret;
+		__u64 end = window_clock(st, now, true);
+		account_wait(st, PP_WAIT_IO, start, now, end != 0, -1);
+		/* Bytes cannot be split: a read that ends past the close is
+		 * not the window's. */
+		if (end == now)
+			st->seg_io += ret;
 		emit_io(st, PP_IO_READ, (__s32)st->sys_arg, ret, dur, st->sys_stack);
 		return 0;
 	}

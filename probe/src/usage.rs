@@ -56,11 +56,13 @@ use crate::threads::{self, NameRegistry};
 /// then `Schedule::gap` apart. Few and long, not many and short: each
 /// attach and detach of a uprobe rewrites the target's code page under its
 /// memory-map lock, and windows of 100 ms every second were measured to
-/// cost the target about 3% of its throughput. Shorter windows are not
-/// cheaper per second observed either: a window's close drops the stretch
-/// of work in progress on each thread, so long stretches are under-counted,
-/// the more so the shorter the window (BENCHMARKS.md, 125 ms windows).
+/// cost the target about 3% of its throughput: a window's cost is mostly
+/// its attach and detach, not its length.
 const WINDOW: Duration = Duration::from_millis(250);
+/// How long record_stop and sched_switch stay after a window's close, for
+/// each thread's stretch in progress at the close to end in a stop that
+/// names its node. A stretch longer than this is still cut off.
+const TAIL: Duration = Duration::from_millis(100);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
@@ -103,6 +105,9 @@ enum Phase {
     /// record_stop and sched_switch attached (and the wait probes, not
     /// counting).
     Attribution,
+    /// The same probes, after the window's close: each thread's next stop
+    /// books its stretch up to the close (`TAIL`).
+    Tail,
     /// Only the wait probes, counting.
     Waits,
 }
@@ -408,7 +413,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     fn open_window(&mut self) {
         self.last_window = Some(Instant::now());
         self.windows_opened += 1;
-        if let Err(e) = self.bpf.bump_attr_gen() {
+        if let Err(e) = self.bpf.window_pending() {
             warn!("attribution window not started: {e}");
             return;
         }
@@ -444,6 +449,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             }
             links
         });
+        // Only now: a stop seen while record_stop was still being attached
+        // may end a stretch that other, unseen stops cut.
+        if let Err(e) = self.bpf.window_open(crate::record::now_ns().0) {
+            warn!("attribution window not opened: {e}");
+        }
         self.window = Some((links, Instant::now()));
         self.phase = Phase::Attribution;
         // bench/windows.py lines the target's throughput up on these.
@@ -508,8 +518,9 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
     }
 
-    /// Closes the open window's current part, and opens its wait part
-    /// after the attribution part when `then_waits`.
+    /// Closes the open window's current part, and opens the next one when
+    /// `then_waits`: attribution, its tail, then waits. Without it (the
+    /// recording ends) the window closes for good, without a tail.
     fn close_window_part(&mut self, then_waits: bool) {
         let Some((links, since)) = self.window.take() else {
             return;
@@ -520,6 +531,19 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         match self.phase {
             Phase::Attribution => {
                 self.windows_closed += open;
+                if let Err(e) = self.bpf.window_close(crate::record::now_ns().0) {
+                    warn!("attribution window not closed: {e}");
+                }
+                if then_waits {
+                    self.window = Some((links, Instant::now()));
+                    self.phase = Phase::Tail;
+                    debug!(phase = "tail", "window part opened");
+                    return;
+                }
+                drop(self.switch_link.take());
+                self.bpf.detach(links);
+            }
+            Phase::Tail => {
                 drop(self.switch_link.take());
                 self.bpf.detach(links);
                 if then_waits && !self.wait_links.is_empty() {
@@ -590,7 +614,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             _ => Duration::ZERO,
         };
         let closed = match phase {
-            Phase::Attribution => self.windows_closed,
+            Phase::Attribution | Phase::Tail => self.windows_closed,
             Phase::Waits => self.waits_closed,
         };
         let observed = (closed + open).as_secs_f64();
@@ -612,6 +636,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 Some(left) => return Some(left),
                 None => self.close_window_part(true),
             },
+            (Some((_, since)), Phase::Tail) => match due(*since, TAIL) {
+                Some(left) => return Some(left),
+                None => self.close_window_part(true),
+            },
             (Some((_, since)), Phase::Waits) => match due(*since, WAIT_WINDOW) {
                 Some(left) => return Some(left),
                 None => self.close_window_part(false),
@@ -624,6 +652,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // Something just opened or closed: what is due next.
         match (&self.window, self.phase) {
             (Some(_), Phase::Attribution) => Some(WINDOW),
+            (Some(_), Phase::Tail) => Some(TAIL),
             (Some(_), Phase::Waits) => Some(WAIT_WINDOW),
             (None, _) => self.next_window_in(),
         }

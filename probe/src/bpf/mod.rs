@@ -445,10 +445,34 @@ impl<'obj> Bpf<'obj> {
         Ok(links)
     }
 
-    /// Starts a new attribution window: work before it is not attributed.
-    pub fn bump_attr_gen(&self) -> Result<(), BpfError> {
-        self.update_global(std::mem::offset_of!(skel::types::bss, attr_gen), |g| {
-            g.wrapping_add(1)
+    /// A new attribution window, not open yet: nothing counts while its
+    /// probes are being attached.
+    pub fn window_pending(&self) -> Result<(), BpfError> {
+        use skel::types::bss;
+        use std::mem::offset_of;
+        self.update_bss(|b| {
+            let gen = get_u32(b, offset_of!(bss, attr_gen)).wrapping_add(1);
+            put(b, offset_of!(bss, attr_gen), &gen.to_ne_bytes());
+            put(b, offset_of!(bss, attr_open_ns), &0u64.to_ne_bytes());
+            put(b, offset_of!(bss, attr_close_ns), &0u64.to_ne_bytes());
+        })
+    }
+
+    /// The window's probes are in: what threads do from `mono_ns`
+    /// (CLOCK_MONOTONIC, the BPF side's ktime) on counts.
+    pub fn window_open(&self, mono_ns: u64) -> Result<(), BpfError> {
+        self.update_bss(|b| {
+            let at = std::mem::offset_of!(skel::types::bss, attr_open_ns);
+            put(b, at, &mono_ns.to_ne_bytes());
+        })
+    }
+
+    /// The window ends at `mono_ns`: each thread's next stop books its
+    /// stretch up to then, and nothing after it counts.
+    pub fn window_close(&self, mono_ns: u64) -> Result<(), BpfError> {
+        self.update_bss(|b| {
+            let at = std::mem::offset_of!(skel::types::bss, attr_close_ns);
+            put(b, at, &mono_ns.to_ne_bytes());
         })
     }
 
@@ -523,19 +547,27 @@ impl<'obj> Bpf<'obj> {
     /// Rewrites one u32 of the BPF side's .bss (offsets from the generated
     /// skeleton's own layout of it).
     fn update_global(&self, offset: usize, f: impl FnOnce(u32) -> u32) -> Result<(), BpfError> {
+        self.update_bss(|b| {
+            let old = get_u32(b, offset);
+            put(b, offset, &f(old).to_ne_bytes());
+        })
+    }
+
+    /// Rewrites the BPF side's .bss in one update, so that fields changed
+    /// together are seen together.
+    fn update_bss(&self, f: impl FnOnce(&mut [u8])) -> Result<(), BpfError> {
         let m = &self.skel.maps.bss;
         let key = 0u32.to_ne_bytes();
         let mut v = m
             .lookup(&key, MapFlags::ANY)
             .map_err(|e| BpfError::Map("bss", e))?
             .unwrap_or_default();
-        if let Some(field) = v.get_mut(offset..offset + 4) {
-            let old = u32::from_ne_bytes(field.try_into().unwrap_or([0; 4]));
-            field.copy_from_slice(&f(old).to_ne_bytes());
-            m.update(&key, &v, MapFlags::ANY)
-                .map_err(|e| BpfError::Map("bss", e))?;
+        if v.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        f(&mut v);
+        m.update(&key, &v, MapFlags::ANY)
+            .map_err(|e| BpfError::Map("bss", e))
     }
 
     /// Per-thread state, keyed by global tid.
@@ -789,4 +821,19 @@ pub fn drain(rb: &RingBuffer<'_>) {
     // (BPF_RB_NO_WAKEUP), so epoll would not report them. consume()
     // errors only when a callback returns an error; ours do not.
     let _ = rb.consume();
+}
+
+/// The u32 at `at` in a copy of the .bss (0 past its end).
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|f| f.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .unwrap_or(0)
+}
+
+/// Writes `bytes` at `at` in a copy of the .bss (nothing past its end).
+fn put(b: &mut [u8], at: usize, bytes: &[u8]) {
+    if let Some(f) = b.get_mut(at..at + bytes.len()) {
+        f.copy_from_slice(bytes);
+    }
 }
