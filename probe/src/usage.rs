@@ -62,7 +62,7 @@ const WINDOW: Duration = Duration::from_millis(250);
 /// How long record_stop and sched_switch stay after a window's close, for
 /// each thread's stretch in progress at the close to end in a stop that
 /// names its node. A stretch longer than this is still cut off.
-const TAIL: Duration = Duration::from_millis(100);
+const TAIL: Duration = Duration::from_millis(50);
 /// How long lock, condition and GIL waits are counted after each
 /// attribution window.
 const WAIT_WINDOW: Duration = Duration::from_millis(500);
