@@ -342,9 +342,13 @@ fn run_agrees_with_pid_mode_on_every_workload() {
 /// Ops below this share of the op CPU (a Prefetch or a Range at a few µs
 /// an element) are compared by share only. `--pid` splits a thread's CPU
 /// between ops from record_stop windows (250 ms, 5 s apart, two of them in
-/// these recordings), so a small op's split carries that sampling error:
-/// padded_batch's Prefetch (6.7% of op CPU) once read 15% apart.
-const CPU_SHARE_FOR_RATE: f64 = 0.10;
+/// these recordings), so a small op's split carries that sampling error,
+/// and each probed stop's ~1 µs of trap and handler lands in the stretches
+/// beside it: padded_batch's Prefetch (6.7% of op CPU) once read 15% apart,
+/// and interleave's ParallelInterleaveV4 (6-10%, 30-55 µs an element) reads
+/// 0.99-1.11 of the shim's (bench/shim_vs_pid.py). At 10% that op sat on
+/// the threshold, compared by rate in one run and not in the next.
+const CPU_SHARE_FOR_RATE: f64 = 0.15;
 
 fn agrees_with_pid_mode(e: &crate::pipelines::Expect) {
     let stem = e.script.trim_end_matches(".py");
