@@ -529,21 +529,19 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // (tens of ms to ~0.1 s).
         let open = since.elapsed();
         match self.phase {
-            Phase::Attribution => {
-                self.windows_closed += open;
-                if let Err(e) = self.bpf.window_close(crate::record::now_ns().0) {
-                    warn!("attribution window not closed: {e}");
+            Phase::Attribution | Phase::Tail => {
+                if self.phase == Phase::Attribution {
+                    self.windows_closed += open;
+                    if let Err(e) = self.bpf.window_close(crate::record::now_ns().0) {
+                        warn!("attribution window not closed: {e}");
+                    }
+                    if then_waits {
+                        self.window = Some((links, Instant::now()));
+                        self.phase = Phase::Tail;
+                        debug!(phase = "tail", "window part opened");
+                        return;
+                    }
                 }
-                if then_waits {
-                    self.window = Some((links, Instant::now()));
-                    self.phase = Phase::Tail;
-                    debug!(phase = "tail", "window part opened");
-                    return;
-                }
-                drop(self.switch_link.take());
-                self.bpf.detach(links);
-            }
-            Phase::Tail => {
                 drop(self.switch_link.take());
                 self.bpf.detach(links);
                 if then_waits && !self.wait_links.is_empty() {

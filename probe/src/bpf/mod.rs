@@ -461,19 +461,19 @@ impl<'obj> Bpf<'obj> {
     /// The window's probes are in: what threads do from `mono_ns`
     /// (CLOCK_MONOTONIC, the BPF side's ktime) on counts.
     pub fn window_open(&self, mono_ns: u64) -> Result<(), BpfError> {
-        self.update_bss(|b| {
-            let at = std::mem::offset_of!(skel::types::bss, attr_open_ns);
-            put(b, at, &mono_ns.to_ne_bytes());
-        })
+        self.set_u64(
+            std::mem::offset_of!(skel::types::bss, attr_open_ns),
+            mono_ns,
+        )
     }
 
     /// The window ends at `mono_ns`: each thread's next stop books its
     /// stretch up to then, and nothing after it counts.
     pub fn window_close(&self, mono_ns: u64) -> Result<(), BpfError> {
-        self.update_bss(|b| {
-            let at = std::mem::offset_of!(skel::types::bss, attr_close_ns);
-            put(b, at, &mono_ns.to_ne_bytes());
-        })
+        self.set_u64(
+            std::mem::offset_of!(skel::types::bss, attr_close_ns),
+            mono_ns,
+        )
     }
 
     /// Call before attaching or detaching the lock and GIL probes: a new,
@@ -551,6 +551,11 @@ impl<'obj> Bpf<'obj> {
             let old = get_u32(b, offset);
             put(b, offset, &f(old).to_ne_bytes());
         })
+    }
+
+    /// Sets one u64 of the BPF side's .bss.
+    fn set_u64(&self, offset: usize, v: u64) -> Result<(), BpfError> {
+        self.update_bss(|b| put(b, offset, &v.to_ne_bytes()))
     }
 
     /// Rewrites the BPF side's .bss in one update, so that fields changed
