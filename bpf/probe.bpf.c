@@ -274,7 +274,7 @@ int getnext_exit(struct pt_regs *ctx)
  * user space from /proc at each poll, and here when a thread is freed (so
  * threads that live between two polls count too).
  *
- * Attribution windows (250 ms, 5-10 s apart; see probe/src/usage.rs):
+ * Attribution windows (250 ms, 5-15 s apart; see probe/src/usage.rs):
  * `record_stop_probe` and `on_switch` are attached. Each
  * model::Node::record_stop(node) call on a thread ends a stretch of work
  * that TensorFlow itself books to `node`; the on-CPU time, waits and reads

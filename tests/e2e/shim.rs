@@ -341,7 +341,7 @@ fn run_agrees_with_pid_mode_on_every_workload() {
 
 /// Ops below this share of the op CPU (a Prefetch or a Range at a few µs
 /// an element) are compared by share only. `--pid` splits a thread's CPU
-/// between ops from record_stop windows (250 ms, 5 s apart, two of them in
+/// between ops from record_stop windows (250 ms, 5-7.5 s apart, two of them in
 /// these recordings), so a small op's split carries that sampling error,
 /// and each probed stop's ~1 µs of trap and handler lands in the stretches
 /// beside it: padded_batch's Prefetch (6.7% of op CPU) once read 15% apart,
