@@ -7,8 +7,8 @@
 overhead.py compares whole windows, and this workload moves about 6%
 between 10 s windows, so a 1-2% cost takes dozens of pairs to see. Most of
 the probe's work comes in attribution windows (5-15 s apart, see
-probe/src/usage.rs `Schedule`: record_stop and sched_switch for 250 ms, the
-lock and GIL probes for 750 ms). This script
+probe/src/usage.rs `Schedule`: record_stop and sched_switch for 250 ms and
+a 50 ms tail, the lock and GIL probes for 800 ms). This script
 lines the target's throughput up on those windows instead, averaging over
 many of them: the loss each window costs, and the rate between windows
 against a run with nothing attached, are then known to a fraction of a
