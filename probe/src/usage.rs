@@ -82,7 +82,10 @@ const WAIT_WINDOW: Duration = Duration::from_millis(500);
 /// recording has always had, and what the e2e tests check the split
 /// against the shim and the fixture with. Without a known duration
 /// (until Ctrl-C) the second window comes `MIN_GAP` after the first, so a
-/// short recording still has two, and the rest `MAX_GAP` apart.
+/// short recording still has two, and the rest `MAX_GAP` apart. A window
+/// due too close to the end to finish (`fits`) does not open: a 30 s
+/// recording used to open a third at 30 s, whose attaches fell inside the
+/// recording and delayed its last poll.
 #[derive(Debug, Clone, Copy)]
 struct Schedule {
     duration: Option<Duration>,
@@ -99,6 +102,18 @@ impl Schedule {
             Some(d) => (d / Self::MIN_WINDOWS).clamp(Self::MIN_GAP, Self::MAX_GAP),
             None if opened <= 1 => Self::MIN_GAP,
             None => Self::MAX_GAP,
+        }
+    }
+
+    /// Whether a window opening `since_start` into the recording can book
+    /// its attribution part and tail before the recording ends. One that
+    /// cannot (a 30 s recording's third, due at 30 s) would cost the
+    /// target its attaches and delay the last poll for a split of a few
+    /// ms; the first window always opens.
+    fn fits(&self, since_start: Duration, opened: u32) -> bool {
+        match self.duration {
+            Some(d) if opened > 0 => since_start + WINDOW + TAIL <= d,
+            _ => true,
         }
     }
 }
@@ -648,6 +663,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             },
             (None, _) => match self.next_window_in() {
                 Some(left) => return Some(left),
+                None if !self.next_window_fits() => return None,
                 None => self.open_window(),
             },
         }
@@ -663,8 +679,25 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// How long until the next attribution window opens; None when it is
     /// due now (or none has opened yet: the first opens at once).
     fn next_window_in(&self) -> Option<Duration> {
+        if !self.next_window_fits() {
+            return None;
+        }
         let gap = self.schedule.gap(self.windows_opened);
         self.last_window.and_then(|t| gap.checked_sub(t.elapsed()))
+    }
+
+    /// Whether the next window, due `gap` after the last, still fits in
+    /// the recording (`Schedule::fits`).
+    fn next_window_fits(&self) -> bool {
+        let Some(started) = self.started else {
+            return true;
+        };
+        let due = match self.last_window {
+            Some(t) => (t + self.schedule.gap(self.windows_opened)).max(Instant::now()),
+            None => Instant::now(),
+        };
+        self.schedule
+            .fits(due.saturating_duration_since(started), self.windows_opened)
     }
 
     /// A node that died between two polls (RemoveNode): its path, from
@@ -1437,7 +1470,7 @@ mod tests {
         };
         let end = Duration::from_secs(duration.unwrap_or(60));
         let (mut at, mut opened, mut out) = (Duration::ZERO, 0, Vec::new());
-        while at < end {
+        while at < end && schedule.fits(at, opened) {
             out.push(at.as_secs());
             opened += 1;
             at += schedule.gap(opened);
@@ -1457,6 +1490,24 @@ mod tests {
         assert_eq!(openings(Some(60)), [0, 15, 30, 45]);
         // Until Ctrl-C: a second window soon, then one per 15 s.
         assert_eq!(openings(None), [0, 5, 20, 35, 50]);
+    }
+
+    #[test]
+    fn a_window_that_cannot_finish_before_the_end_does_not_open() {
+        let ms = Duration::from_millis;
+        let s = Schedule {
+            duration: Some(ms(30_200)),
+        };
+        // Due at 30 s with 200 ms left: less than its 250 ms and tail.
+        assert!(!s.fits(ms(30_000), 2));
+        assert!(s.fits(ms(29_900), 2));
+        // The first window opens however short the recording.
+        assert!(s.fits(ms(0), 0));
+        let short = Schedule {
+            duration: Some(ms(100)),
+        };
+        assert!(short.fits(ms(0), 0));
+        assert!(Schedule { duration: None }.fits(ms(3_600_000), 9));
     }
 
     #[test]
