@@ -84,8 +84,8 @@ const WAIT_WINDOW: Duration = Duration::from_millis(500);
 /// (until Ctrl-C) the second window comes `MIN_GAP` after the first, so a
 /// short recording still has two, and the rest `MAX_GAP` apart. A window
 /// due too close to the end to finish (`fits`) does not open: a 30 s
-/// recording used to open a third at 30 s, whose attaches fell inside the
-/// recording and delayed its last poll.
+/// recording used to open a third at 30 s, with its last poll, whose
+/// attaches cost the target for a split of a few ms.
 #[derive(Debug, Clone, Copy)]
 struct Schedule {
     duration: Option<Duration>,
@@ -108,8 +108,8 @@ impl Schedule {
     /// Whether a window opening `since_start` into the recording can book
     /// its attribution part and tail before the recording ends. One that
     /// cannot (a 30 s recording's third, due at 30 s) would cost the
-    /// target its attaches and delay the last poll for a split of a few
-    /// ms; the first window always opens.
+    /// target its attaches for a split of a few ms; the first window
+    /// always opens.
     fn fits(&self, since_start: Duration, opened: u32) -> bool {
         match self.duration {
             Some(d) if opened > 0 => since_start + WINDOW + TAIL <= d,
@@ -677,7 +677,9 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     }
 
     /// How long until the next attribution window opens; None when it is
-    /// due now (or none has opened yet: the first opens at once).
+    /// due now (or none has opened yet: the first opens at once), and
+    /// when no further window fits in the recording (`tick` tells the two
+    /// apart).
     fn next_window_in(&self) -> Option<Duration> {
         if !self.next_window_fits() {
             return None;
