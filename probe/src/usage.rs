@@ -663,7 +663,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             },
             (None, _) => match self.next_window_in() {
                 Some(left) => return Some(left),
-                None if !self.next_window_fits() => return None,
+                None if !self.window_fits_now() => return None,
                 None => self.open_window(),
             },
         }
@@ -677,29 +677,17 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     }
 
     /// How long until the next attribution window opens; None when it is
-    /// due now (or none has opened yet: the first opens at once), and
-    /// when no further window fits in the recording (`tick` tells the two
-    /// apart).
+    /// due now (or none has opened yet: the first opens at once).
     fn next_window_in(&self) -> Option<Duration> {
-        if !self.next_window_fits() {
-            return None;
-        }
         let gap = self.schedule.gap(self.windows_opened);
         self.last_window.and_then(|t| gap.checked_sub(t.elapsed()))
     }
 
-    /// Whether the next window, due `gap` after the last, still fits in
-    /// the recording (`Schedule::fits`).
-    fn next_window_fits(&self) -> bool {
-        let Some(started) = self.started else {
-            return true;
-        };
-        let due = match self.last_window {
-            Some(t) => (t + self.schedule.gap(self.windows_opened)).max(Instant::now()),
-            None => Instant::now(),
-        };
-        self.schedule
-            .fits(due.saturating_duration_since(started), self.windows_opened)
+    /// Whether a window opening now still fits in the recording
+    /// (`Schedule::fits`).
+    fn window_fits_now(&self) -> bool {
+        self.started
+            .is_none_or(|started| self.schedule.fits(started.elapsed(), self.windows_opened))
     }
 
     /// A node that died between two polls (RemoveNode): its path, from
