@@ -154,7 +154,11 @@ class Sampler:
             now = time.time_ns()
             t = proc_cpu_ticks(self.target_pid)
             ppid = self.probe_pid
-            p = proc_cpu_ticks(ppid) if ppid else None
+            # The same work with or without a probe (its own stat file when
+            # none), so that the harness costs ON and OFF windows alike.
+            p = proc_cpu_ticks(ppid or os.getpid())
+            if not ppid:
+                p = None
             b = system_busy_ticks()
             with self.lock:
                 self.samples.append((now, t, ppid, p, b))

@@ -30,8 +30,10 @@ Standard library only. Needs root (the probe does).
 import argparse
 import json
 import os
+import select
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,23 +53,24 @@ def run_probe(args, pid, outdir, sampler):
     t0 = time.time_ns()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler.probe_pid = proc.pid
-    # Reap it ourselves: wait4 gives the child's exact rusage (all threads).
     out_r, err_r = [], []
     ts = [threading.Thread(target=lambda: out_r.append(proc.stdout.read()), daemon=True),
           threading.Thread(target=lambda: err_r.append(proc.stderr.read()), daemon=True)]
     for t in ts:
         t.start()
-    deadline = time.time() + args.window + args.probe_timeout
-    status = ru = None
-    while True:
-        wpid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if wpid == proc.pid:
-            break
-        if time.time() > deadline:
-            os.kill(proc.pid, 15)
-            _, status, ru = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.05)
+    # Sleep until the probe exits, without polling: a poll every 50 ms would
+    # wake this process 20 times a second in ON windows only, and on saturated
+    # cores each wakeup per second costs the target ~0.02% of its throughput
+    # (BENCHMARKS.md, the waker experiment), a cost that is the harness's.
+    # A pidfd turns readable at the exit; wait4 then reaps the child for its
+    # exact rusage (all threads).
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        if not select.select([pidfd], [], [], args.window + args.probe_timeout)[0]:
+            signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+        _, status, ru = os.wait4(proc.pid, 0)
+    finally:
+        os.close(pidfd)
     t1 = time.time_ns()
     proc.returncode = os.waitstatus_to_exitcode(status)
     sampler.probe_pid = None
