@@ -131,8 +131,10 @@ pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 /// The pipeline runs but has no autotune model (autotune disabled): its
 /// iterators have no model node.
 #[derive(Debug, thiserror::Error)]
-#[error("the pipeline's iterators have no autotune model node (is autotune disabled?); retry with --mode uprobes")]
+#[error("{}; retry with --mode uprobes", NO_MODEL)]
 struct NoModel;
+pub(crate) const NO_MODEL: &str =
+    "the pipeline's iterators have no autotune model node (is autotune disabled?)";
 
 /// How many extra discoveries may look for parallel ops' iterators.
 const PARALLELISM_TRIES: u32 = 10;
@@ -427,7 +429,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let outcome = if use_model {
         match ctx.run_model(&layout, &mut rec) {
             Err(e) if opts.mode == ModeChoice::Auto && e.is::<NoModel>() => {
-                warn!("{e}: falling back to GetNext uprobes");
+                warn!("{NO_MODEL}: falling back to GetNext uprobes");
                 rec.sink = EventSink::new(opts.save_events.as_deref())?;
                 rec.mode = "uprobes";
                 ctx.run_uprobes(&mut rec)

@@ -500,7 +500,7 @@ impl Ctx<'_> {
                     // Iterators without model nodes: autotune is off.
                     no_model_rounds += 1;
                     if no_model_rounds == 3 {
-                        warn!("the pipeline's iterators have no autotune model node (is autotune disabled?); still looking");
+                        warn!("{}; still looking", crate::record::NO_MODEL);
                     }
                     continue;
                 };

@@ -293,21 +293,27 @@ impl<'obj> Bpf<'obj> {
         lib: &Path,
         offset: u64,
     ) -> Result<(Link, Link), BpfError> {
-        let a = self.attach(
-            &self.skel.progs.getnext_enter,
-            "GetNext entry probe",
-            false,
-            lib,
-            offset,
-        )?;
-        let b = self.attach(
+        // Return probe first, as in `attach_wait`: a call entered between
+        // the two attaches would push a frame whose return is never seen,
+        // and the thread's GetNext stack would stay that much deeper for
+        // the rest of the recording (seen once as tens of thousands of
+        // getnext_stack_overflow drops, the nested ops unseen). A return
+        // without an entry pops nothing and is counted.
+        let exit = self.attach(
             &self.skel.progs.getnext_exit,
             "GetNext return probe",
             true,
             lib,
             offset,
         )?;
-        Ok((a, b))
+        let enter = self.attach(
+            &self.skel.progs.getnext_enter,
+            "GetNext entry probe",
+            false,
+            lib,
+            offset,
+        )?;
+        Ok((enter, exit))
     }
 
     /// `model::Node::record_stop`, during attribution windows only.
@@ -342,8 +348,8 @@ impl<'obj> Bpf<'obj> {
         Ok((enter, exit))
     }
 
-    /// The scheduler and syscall tracepoints (BTF-typed: no tracefs needed).
-    /// The scheduler tracepoint (attribution windows only).
+    /// The scheduler tracepoint (BTF-typed, so no tracefs needed; attribution
+    /// windows only).
     pub fn attach_switch(&self) -> Result<Link, BpfError> {
         self.skel
             .progs
