@@ -887,8 +887,8 @@ impl ThreadCpu {
         if let Some(r) = registry {
             let inner: HashMap<u32, u32> = tasks.iter().map(|t| (t.inner_tid, t.tid)).collect();
             for (itid, name) in r.names(&tasks) {
-                if let Some(&tid) = inner.get(&itid) {
-                    self.names.insert(tid, name);
+                if let Some(&tid) = inner.get(itid) {
+                    self.names.insert(tid, name.clone());
                 }
             }
         }

@@ -161,6 +161,11 @@ const MAX_ENTRIES: u64 = 65536;
 /// How far into glibc's `struct pthread` to look for the kernel tid.
 const TID_SEARCH: u64 = 0x800;
 
+/// A walk that found nothing new is trusted for at most this many polls
+/// (4 s at the default interval): a name changed in place would change
+/// neither the registry's size nor the thread set.
+const REWALK_POLLS: u32 = 16;
+
 /// Reads TensorFlow's thread name registry.
 pub struct NameRegistry {
     mem: Memory,
@@ -169,6 +174,29 @@ pub struct NameRegistry {
     /// Offset of the tid in glibc's `struct pthread`, found once by
     /// matching the registry's pthread_t values against the live tids.
     tid_offset: Option<u64>,
+    /// Names found by the last complete walk, and what it saw. A walk
+    /// costs about five remote reads a registered thread (~110 a poll on
+    /// the image pipeline, most of a poll's reads), so it is done again
+    /// only when the registry's size or the live thread set changed: a
+    /// thread that registers its name after it first showed up changes
+    /// the size and is named at the next poll.
+    names: HashMap<u32, String>,
+    seen: Option<Seen>,
+    polls_since_walk: u32,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    map: u64,
+    count: u64,
+    tids: Vec<u32>,
+}
+
+/// The registry's std::map: its address, root node and size.
+struct Head {
+    map: u64,
+    root: u64,
+    count: u64,
 }
 
 impl NameRegistry {
@@ -177,27 +205,28 @@ impl NameRegistry {
             mem,
             ptr_addr,
             tid_offset: None,
+            names: HashMap::new(),
+            seen: None,
+            polls_since_walk: 0,
         }
     }
 
-    /// (pthread_t, name) pairs; empty if the registry is absent or does not
-    /// look like a std::map.
-    fn entries(&self) -> Vec<(u64, String)> {
-        let Ok(map) = self.mem.u64(self.ptr_addr) else {
-            return Vec::new();
-        };
-        if map == 0 {
-            return Vec::new();
-        }
+    /// None if the registry is absent or does not look like a std::map.
+    fn head(&self) -> Option<Head> {
+        let map = self.mem.u64(self.ptr_addr).ok().filter(|&m| m != 0)?;
         // libstdc++ _Rb_tree: [+0x00 compare][+0x08 header: color, parent
         // (root), left, right][+0x28 node_count]; a node is [color, parent,
         // left, right][value at +0x20: thread::id, then std::string].
-        let (Ok(root), Ok(count)) = (self.mem.u64(map + 0x10), self.mem.u64(map + 0x28)) else {
-            return Vec::new();
-        };
-        if count > MAX_ENTRIES {
-            return Vec::new();
-        }
+        let mut b = [0u8; 0x20];
+        self.mem.read(map + 0x10, &mut b).ok()?;
+        let word = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let (root, count) = (word(0), word(0x18));
+        (count <= MAX_ENTRIES).then_some(Head { map, root, count })
+    }
+
+    /// (pthread_t, name) pairs; empty if a node cannot be read.
+    fn entries(&self, head: &Head) -> Vec<(u64, String)> {
+        let (root, count) = (head.root, head.count);
         let mut out = Vec::new();
         let mut todo = vec![root];
         let mut seen = HashSet::new();
@@ -205,14 +234,19 @@ impl NameRegistry {
             if n == 0 || !seen.insert(n) || seen.len() as u64 > count {
                 continue;
             }
-            let (Ok(left), Ok(right), Ok(id)) = (
-                self.mem.u64(n + 0x10),
-                self.mem.u64(n + 0x18),
-                self.mem.u64(n + 0x20),
-            ) else {
+            // One read for left, right, the id and the string's header
+            // with its 16-byte local buffer (a short name lies there).
+            let mut b = [0u8; 0x38];
+            if self.mem.read(n + 0x10, &mut b).is_err() {
                 return Vec::new();
-            };
-            if let Ok(name) = self.mem.std_string(n + 0x28, 256) {
+            }
+            let word = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default());
+            let (left, right, id) = (word(0), word(0x8), word(0x10));
+            let header = (word(0x18), word(0x20));
+            if let Ok(name) = self
+                .mem
+                .std_string_from(n + 0x28, header, 256, (n + 0x10, &b))
+            {
                 out.push((id, name));
             }
             todo.push(left);
@@ -257,12 +291,37 @@ impl NameRegistry {
     }
 
     /// Names by tid (the target's own namespace) of registered threads.
-    pub fn names(&mut self, tasks: &[Task]) -> HashMap<u32, String> {
-        let entries = self.entries();
+    pub fn names(&mut self, tasks: &[Task]) -> &HashMap<u32, String> {
+        let Some(head) = self.head() else {
+            self.seen = None;
+            self.names.clear();
+            return &self.names;
+        };
+        let mut tids: Vec<u32> = tasks.iter().map(|t| t.inner_tid).collect();
+        tids.sort_unstable();
+        let seen = Seen {
+            map: head.map,
+            count: head.count,
+            tids,
+        };
+        if self.seen.as_ref() == Some(&seen) && self.polls_since_walk < REWALK_POLLS {
+            self.polls_since_walk += 1;
+            return &self.names;
+        }
+        self.names = self.walk(&head, &seen.tids);
+        // An empty walk (a node unreadable mid-update, or no tid offset
+        // yet) is tried again at the next poll.
+        self.seen = (!self.names.is_empty()).then_some(seen);
+        self.polls_since_walk = 0;
+        &self.names
+    }
+
+    fn walk(&mut self, head: &Head, live: &[u32]) -> HashMap<u32, String> {
+        let entries = self.entries(head);
         if entries.is_empty() {
             return HashMap::new();
         }
-        let tids: HashSet<u32> = tasks.iter().map(|t| t.inner_tid).collect();
+        let tids: HashSet<u32> = live.iter().copied().collect();
         let pthreads: Vec<u64> = entries.iter().map(|(p, _)| *p).collect();
         let Some(off) = self.tid_offset(&pthreads, &tids) else {
             return HashMap::new();
