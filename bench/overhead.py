@@ -14,6 +14,11 @@ then measures alternating windows of the same length in ONE run:
        layout derivation, discovery uprobe) and its post-processing (writing
        stats.pb) are NOT counted.
 
+The harness itself must cost both kinds of window alike (on saturated cores
+every wakeup of it takes throughput from the target): it sleeps through an
+OFF window and blocks on the probe's exit in an ON one, and its /proc
+sampler does the same reads in both.
+
 Windows come in pairs, ordered ABBA (OFF ON | ON OFF | OFF ON | ...) to cancel
 linear drift. The target's throughput in a window is the workload's own
 ground truth: the cumulative `elems` of its GT lines (every 0.1 s), linearly

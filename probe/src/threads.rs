@@ -219,8 +219,7 @@ impl NameRegistry {
         // left, right][value at +0x20: thread::id, then std::string].
         let mut b = [0u8; 0x20];
         self.mem.read(map + 0x10, &mut b).ok()?;
-        let word = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        let (root, count) = (word(0), word(0x18));
+        let (root, count) = (word(&b, 0), word(&b, 0x18));
         (count <= MAX_ENTRIES).then_some(Head { map, root, count })
     }
 
@@ -240,9 +239,8 @@ impl NameRegistry {
             if self.mem.read(n + 0x10, &mut b).is_err() {
                 return Vec::new();
             }
-            let word = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default());
-            let (left, right, id) = (word(0), word(0x8), word(0x10));
-            let header = (word(0x18), word(0x20));
+            let (left, right, id) = (word(&b, 0), word(&b, 0x8), word(&b, 0x10));
+            let header = (word(&b, 0x18), word(&b, 0x20));
             if let Ok(name) = self
                 .mem
                 .std_string_from(n + 0x28, header, 256, (n + 0x10, &b))
@@ -340,6 +338,13 @@ impl NameRegistry {
     }
 }
 
+/// The native-endian u64 at `i` in bytes read from the target (0 past the end).
+fn word(b: &[u8], i: usize) -> u64 {
+    b.get(i..i + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
 /// Load address of a mapped library (start of its offset-0 mapping), for
 /// turning ELF vaddrs into target addresses. Shared libraries have their
 /// first PT_LOAD at vaddr 0.
@@ -366,6 +371,93 @@ mod tests {
         assert_eq!(inner_tid("Name:\tx\nNSpid:\t4242\t17\n"), Some(17));
         assert_eq!(inner_tid("NSpid:\t99\n"), Some(99));
         assert_eq!(inner_tid("Name:\tx\n"), None);
+    }
+
+    /// Eight bytes of a short name, as a word of a node's local buffer.
+    fn text(s: &str) -> u64 {
+        let mut b = [0u8; 8];
+        b[..s.len()].copy_from_slice(s.as_bytes());
+        u64::from_ne_bytes(b)
+    }
+
+    fn task(tid: u32) -> Task {
+        Task {
+            tid,
+            inner_tid: tid,
+            comm: "python".into(),
+            cpu_ns: 1,
+        }
+    }
+
+    /// A libstdc++ std::map<thread::id, string> laid out in our own memory
+    /// (read back through process_vm_readv on ourselves): the registry is
+    /// walked again when its size or the thread set changes, or after
+    /// REWALK_POLLS polls, and not otherwise.
+    #[test]
+    fn registry_walked_again_only_when_something_changed() {
+        const TID_AT: usize = 0x2d0;
+        let tids = [1_000_001u32, 1_000_002];
+        // glibc's struct pthread of each thread, the tid at TID_AT.
+        let pthreads: Vec<Vec<u8>> = tids
+            .iter()
+            .map(|t| {
+                let mut p = vec![0u8; TID_SEARCH as usize];
+                p[TID_AT..TID_AT + 4].copy_from_slice(&t.to_ne_bytes());
+                p
+            })
+            .collect();
+        let long = b"tf_data_private_threadpool".to_vec();
+        // Nodes: [color, parent, left, right, id, str ptr, len, buf, buf].
+        let mut b = Box::new([0u64; 9]);
+        b[4] = pthreads[1].as_ptr() as u64;
+        b[5] = b.as_ptr() as u64 + 0x38;
+        b[6] = 5;
+        b[7] = text("short");
+        let mut a = Box::new([0u64; 9]);
+        a[2] = b.as_ptr() as u64;
+        a[4] = pthreads[0].as_ptr() as u64;
+        a[5] = long.as_ptr() as u64;
+        a[6] = long.len() as u64;
+        // The map: [compare, color, root, leftmost, rightmost, count].
+        let mut map = Box::new([0u64; 6]);
+        map[2] = a.as_ptr() as u64;
+        map[5] = 2;
+        let ptr = Box::new(map.as_ptr() as u64);
+        let mut reg = NameRegistry::new(
+            Memory::new(std::process::id() as i32),
+            &*ptr as *const u64 as u64,
+        );
+        let mut tasks: Vec<Task> = tids.iter().map(|&t| task(t)).collect();
+        let name = |reg: &mut NameRegistry, tasks: &[Task]| reg.names(tasks).get(&tids[1]).cloned();
+
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("short"));
+        assert_eq!(
+            reg.names(&tasks).get(&tids[0]).map(String::as_str),
+            Some("tf_data_private_threadpool")
+        );
+        assert_eq!(reg.tid_offset, Some(TID_AT as u64));
+        // Renamed in place: nothing the registry is checked by changed.
+        b[7] = text("other");
+        // Stores the compiler cannot see read (process_vm_readv does).
+        std::hint::black_box(&b);
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("short"));
+        // A new thread: walked again.
+        tasks.push(task(1_000_003));
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("other"));
+        // The registry's size changed: walked again.
+        b[7] = text("third");
+        std::hint::black_box(&b);
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("other"));
+        map[5] = 3;
+        std::hint::black_box(&map);
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("third"));
+        // Nothing changed: trusted for REWALK_POLLS polls, then walked.
+        b[7] = text("later");
+        std::hint::black_box(&b);
+        for _ in 0..REWALK_POLLS {
+            assert_eq!(name(&mut reg, &tasks).as_deref(), Some("third"));
+        }
+        assert_eq!(name(&mut reg, &tasks).as_deref(), Some("later"));
     }
 
     #[test]
