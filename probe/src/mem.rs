@@ -22,6 +22,14 @@ pub enum MemError {
     BadString { addr: u64, len: u64 },
 }
 
+/// The native-endian u64 at byte `at` of bytes read from the target with
+/// one `Memory::read` of a whole object, or 0 past their end.
+pub fn word_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|w| w.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Memory {
     pid: Pid,

@@ -7,7 +7,7 @@ use plumber_collector::event::{NodeCounters, NodeObservation};
 use thiserror::Error;
 
 use crate::layout::NodeLayout;
-use crate::mem::{MemError, Memory};
+use crate::mem::{word_at, MemError, Memory};
 
 /// Ops whose inputs after the first are datasets built by their function
 /// (per input element), not their input dataset.
@@ -98,13 +98,7 @@ impl ModelReader {
         let (lo, hi) = self.span;
         let mut buf = vec![0u8; (hi - lo) as usize];
         self.mem.read(addr + lo as u64, &mut buf)?;
-        let rd = |off: u32| {
-            let at = (off - lo) as usize;
-            buf.get(at..at + 8)
-                .and_then(|b| b.try_into().ok())
-                .map(i64::from_ne_bytes)
-                .unwrap_or(0)
-        };
+        let rd = |off: u32| word_at(&buf, (off - lo) as usize) as i64;
         let id = rd(self.l.id);
         if !(0..1 << 40).contains(&id) {
             return Err(invalid("id out of range"));

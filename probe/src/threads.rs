@@ -11,7 +11,7 @@ use std::fs;
 
 use tracing::debug;
 
-use crate::mem::Memory;
+use crate::mem::{word_at, Memory};
 
 /// One live thread of the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl NameRegistry {
         // left, right][value at +0x20: thread::id, then std::string].
         let mut b = [0u8; 0x20];
         self.mem.read(map + 0x10, &mut b).ok()?;
-        let (root, count) = (word(&b, 0), word(&b, 0x18));
+        let (root, count) = (word_at(&b, 0), word_at(&b, 0x18));
         (count <= MAX_ENTRIES).then_some(Head { map, root, count })
     }
 
@@ -239,8 +239,8 @@ impl NameRegistry {
             if self.mem.read(n + 0x10, &mut b).is_err() {
                 return Vec::new();
             }
-            let (left, right, id) = (word(&b, 0), word(&b, 0x8), word(&b, 0x10));
-            let header = (word(&b, 0x18), word(&b, 0x20));
+            let (left, right, id) = (word_at(&b, 0), word_at(&b, 0x8), word_at(&b, 0x10));
+            let header = (word_at(&b, 0x18), word_at(&b, 0x20));
             if let Ok(name) = self
                 .mem
                 .std_string_from(n + 0x28, header, 256, (n + 0x10, &b))
@@ -336,13 +336,6 @@ impl NameRegistry {
         }
         out
     }
-}
-
-/// The native-endian u64 at `i` in bytes read from the target (0 past the end).
-fn word(b: &[u8], i: usize) -> u64 {
-    b.get(i..i + 8)
-        .and_then(|w| w.try_into().ok())
-        .map_or(0, u64::from_ne_bytes)
 }
 
 /// Load address of a mapped library (start of its offset-0 mapping), for

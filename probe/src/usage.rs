@@ -83,9 +83,7 @@ const WAIT_WINDOW: Duration = Duration::from_millis(500);
 /// against the shim and the fixture with. Without a known duration
 /// (until Ctrl-C) the second window comes `MIN_GAP` after the first, so a
 /// short recording still has two, and the rest `MAX_GAP` apart. A window
-/// due too close to the end to finish (`fits`) does not open: a 30 s
-/// recording used to open a third at 30 s, with its last poll, whose
-/// attaches cost the target for a split of a few ms.
+/// due too close to the end to finish does not open (`fits`).
 #[derive(Debug, Clone, Copy)]
 struct Schedule {
     duration: Option<Duration>,
