@@ -11,7 +11,7 @@ use core::sync::atomic::Ordering;
 
 use crate::abi::{self, Header};
 
-/// Bytes of the node read in one call; every derived offset must fall
+/// Most bytes of the node read in one call; every derived offset must fall
 /// inside (the builds we know end their counters near 0x120).
 const NODE_READ: usize = 1024;
 
@@ -70,7 +70,24 @@ fn read_node(h: &Header, node_sp: *mut c_void) -> Result<Read, u64> {
     }
     let node = u64::from_ne_bytes(sp);
     let mut buf = [0u8; NODE_READ];
-    if !read_self(node, &mut buf) {
+    // Only up to the last field used: a node can end within NODE_READ bytes
+    // of the end of its heap mapping, and a read past it fails whole.
+    let counters = [
+        &l.num_elements,
+        &l.bytes_produced,
+        &l.bytes_consumed,
+        &l.processing_time,
+        &l.buffered_elements,
+        &l.buffered_bytes,
+    ];
+    let need = counters
+        .into_iter()
+        .chain([&l.id, &l.output])
+        .map(|a| a.load(Ordering::Relaxed))
+        .chain([l.name.load(Ordering::Relaxed).saturating_add(8)])
+        .max()
+        .map_or(0, |off| off as usize + 8);
+    if !buf.get_mut(..need).is_some_and(|b| read_self(node, b)) {
         return Err(node);
     }
     let get = |a: &core::sync::atomic::AtomicU32| word(&buf, a.load(Ordering::Relaxed));
@@ -83,14 +100,7 @@ fn read_node(h: &Header, node_sp: *mut c_void) -> Result<Read, u64> {
         return Err(node);
     };
     let mut c = [0u64; 6];
-    for (dst, off) in c.iter_mut().zip([
-        &l.num_elements,
-        &l.bytes_produced,
-        &l.bytes_consumed,
-        &l.processing_time,
-        &l.buffered_elements,
-        &l.buffered_bytes,
-    ]) {
+    for (dst, off) in c.iter_mut().zip(counters) {
         *dst = get(off).ok_or(node)?;
     }
     let mut name = [0u8; abi::NAME_LEN];
