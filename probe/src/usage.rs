@@ -516,16 +516,22 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// those as lost (and forgets them at the next attach); `attach_waits`
     /// does the same.
     fn detach_waits(&mut self) {
+        let links = self.take_wait_links();
+        self.bpf.detach(links);
+    }
+
+    /// The lock and GIL probes' links, to detach, the BPF side told.
+    fn take_wait_links(&mut self) -> Vec<Link> {
         if self.wait_links.is_empty() {
-            return;
+            return Vec::new();
         }
         if let Err(e) = self.bpf.settle_waits() {
             warn!("lock and GIL probes: {e}");
         }
-        let links = std::mem::take(&mut self.wait_links)
+        std::mem::take(&mut self.wait_links)
             .into_iter()
-            .flat_map(|(enter, exit)| [exit, enter]);
-        self.bpf.detach(links);
+            .flat_map(|(enter, exit)| [exit, enter])
+            .collect()
     }
 
     fn count_waits(&mut self, on: bool) {
@@ -542,14 +548,12 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         let Some((links, since)) = self.window.take() else {
             return;
         };
-        // Measured before detaching: a detach waits for RCU grace periods
-        // (tens of ms to ~0.1 s).
-        let open = since.elapsed();
+        let bpf = self.bpf;
         match self.phase {
             Phase::Attribution | Phase::Tail => {
                 if self.phase == Phase::Attribution {
-                    self.windows_closed += open;
-                    if let Err(e) = self.bpf.window_close(crate::record::now_ns().0) {
+                    self.windows_closed += since.elapsed();
+                    if let Err(e) = bpf.window_close(crate::record::now_ns().0) {
                         warn!("attribution window not closed: {e}");
                     }
                     if then_waits {
@@ -559,9 +563,17 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                         return;
                     }
                 }
-                drop(self.switch_link.take());
-                self.bpf.detach(links);
-                if then_waits && !self.wait_links.is_empty() {
+                let waits_next = then_waits && !self.wait_links.is_empty();
+                // All at once (Bpf::detach): a close waits for grace
+                // periods after its unregistration, and sched_switch
+                // closed after record_stop would stay that long.
+                let mut links = links;
+                links.extend(self.switch_link.take());
+                if !waits_next {
+                    links.extend(self.take_wait_links());
+                }
+                bpf.detach(links);
+                if waits_next {
                     self.count_waits(true);
                     self.window = Some((Vec::new(), Instant::now()));
                     self.phase = Phase::Waits;
@@ -570,11 +582,15 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 }
             }
             Phase::Waits => {
-                self.count_waits(false);
-                self.waits_closed += open;
+                // Counted until the probes go, after the warm-up: the
+                // part was closed `detach_lead` early for that.
+                bpf.quietly(|| {
+                    self.count_waits(false);
+                    self.waits_closed += since.elapsed();
+                    self.detach_waits();
+                });
             }
         }
-        self.detach_waits();
         debug!("window closed");
     }
 
@@ -651,11 +667,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
                 Some(left) => return Some(left),
                 None => self.close_window_part(true),
             },
-            (Some((_, since)), Phase::Tail) => match due(*since, TAIL) {
+            (Some((_, since)), Phase::Tail) => match due(*since, self.tail_close_after()) {
                 Some(left) => return Some(left),
                 None => self.close_window_part(true),
             },
-            (Some((_, since)), Phase::Waits) => match due(*since, WAIT_WINDOW) {
+            (Some((_, since)), Phase::Waits) => match due(*since, self.waits_close_after()) {
                 Some(left) => return Some(left),
                 None => self.close_window_part(false),
             },
@@ -668,10 +684,26 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         // Something just opened or closed: what is due next.
         match (&self.window, self.phase) {
             (Some(_), Phase::Attribution) => Some(WINDOW),
-            (Some(_), Phase::Tail) => Some(TAIL),
-            (Some(_), Phase::Waits) => Some(WAIT_WINDOW),
+            (Some(_), Phase::Tail) => Some(self.tail_close_after()),
+            (Some(_), Phase::Waits) => Some(self.waits_close_after()),
             (None, _) => self.next_window_in(),
         }
+    }
+
+    /// When, after the waits part opened, its close starts: early by the
+    /// time the detach's warm-up is expected to take (`Bpf::detach_lead`),
+    /// so that the lock and GIL probes are gone at `WAIT_WINDOW`, not that
+    /// much after it. The waits count until the probes go, so the part is
+    /// as long either way.
+    fn waits_close_after(&self) -> Duration {
+        WAIT_WINDOW.saturating_sub(self.bpf.detach_lead())
+    }
+
+    /// The same for the tail, but never before half of it: its stretches
+    /// are booked up to the close whenever they end, and a warm-up quicker
+    /// than the last would leave record_stop too little time to see them.
+    fn tail_close_after(&self) -> Duration {
+        TAIL.saturating_sub(self.bpf.detach_lead()).max(TAIL / 2)
     }
 
     /// How long until the next attribution window opens; None when it is

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{
@@ -56,6 +57,8 @@ pub struct Bpf<'obj> {
     reaper: Reaper,
     /// Inside [`Bpf::quietly`]: nested calls need no warm-up of their own.
     warm: std::cell::Cell<bool>,
+    /// How long the last warm-up took (see [`Bpf::detach_lead`]).
+    warm_up: std::cell::Cell<Duration>,
 }
 
 /// Removes the grace-period warm-up probes (see [`Bpf::quietly`]) on a
@@ -183,6 +186,7 @@ impl<'obj> Bpf<'obj> {
             pid,
             reaper: Reaper::new(),
             warm: std::cell::Cell::new(false),
+            warm_up: std::cell::Cell::new(Duration::ZERO),
         })
     }
 
@@ -228,6 +232,7 @@ impl<'obj> Bpf<'obj> {
         if self.warm.get() {
             return f();
         }
+        let t0 = Instant::now();
         let warm = std::env::current_exe().ok().and_then(|exe| {
             // Our own executable: the target does not map it, so the
             // registration installs nothing and no one waits for it.
@@ -239,12 +244,25 @@ impl<'obj> Bpf<'obj> {
                 .ok()
         });
         self.warm.set(warm.is_some());
+        if warm.is_some() {
+            self.warm_up.set(t0.elapsed());
+        }
         let out = f();
         self.warm.set(false);
         if let Some(w) = warm {
             self.reaper.remove(w);
         }
         out
+    }
+
+    /// How long before a probe must be gone its detach should start: the
+    /// warm-up in [`Bpf::quietly`] waits for a grace period (tens of ms)
+    /// with the probes still in, so a detach started on time leaves them
+    /// trapping that long past their part of a window. The last warm-up's
+    /// length is the estimate, at most `MAX_LEAD`.
+    pub fn detach_lead(&self) -> Duration {
+        const MAX_LEAD: Duration = Duration::from_millis(100);
+        self.warm_up.get().min(MAX_LEAD)
     }
 
     /// Detaches probes, all under one [`Bpf::quietly`]: each link is
