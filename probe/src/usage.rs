@@ -245,9 +245,17 @@ pub struct Usage<'a, 'obj> {
     stacks: HashMap<i64, StackInfo>,
     sites_prev: HashMap<SiteKey, (u64, u64)>,
     attach_failures: u64,
-    /// tid -> op path -> attributed CPU ns: which op each thread works for,
-    /// for the stack sampler's threads without a GetNextInternal frame.
-    thread_op_cpu: HashMap<u32, HashMap<String, u64>>,
+    /// The attribution map as last read, tids in our namespace. It only
+    /// changes while a window's probes are in (record_stop), and so does
+    /// the lock-site map (waits count in windows only): between windows
+    /// neither is read again. Scanning their 16,384 buckets key by key was
+    /// a fifth of the probe's CPU at every poll.
+    attr_latest: Vec<bpf::Attr>,
+    /// A window's probes were in since the two maps were last read.
+    window_maps_stale: bool,
+    /// `node_path`'s size when the attribution was last sent: a path
+    /// learned since names more of it.
+    attr_sent_paths: Option<usize>,
     /// Per thread, the wait counters last emitted: see `emit_waits`.
     waits_emitted: HashMap<u32, WaitCounters>,
     /// Sampled waits' stack copies, handed to the stack sampler.
@@ -376,7 +384,9 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             stacks: HashMap::new(),
             sites_prev: HashMap::new(),
             attach_failures: 0,
-            thread_op_cpu: HashMap::new(),
+            attr_latest: Vec::new(),
+            window_maps_stale: true,
+            attr_sent_paths: None,
             waits_emitted: HashMap::new(),
             wait_stacks: None,
             spans: None,
@@ -430,6 +440,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     fn open_window(&mut self) {
         self.last_window = Some(Instant::now());
         self.windows_opened += 1;
+        self.window_maps_stale = true;
         if let Err(e) = self.bpf.window_pending() {
             warn!("attribution window not started: {e}");
             return;
@@ -1132,35 +1143,28 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         }
         self.process_io();
 
-        let key_to_tid: HashMap<u32, u32> = bpf_threads
-            .iter()
-            .map(|(k, st)| (*k, ns_of(*k, st)))
-            .collect();
-        let samples: Vec<AttributionSample> = self
-            .bpf
-            .attribution()?
-            .into_iter()
-            .map(|a| AttributionSample {
-                tid: key_to_tid.get(&a.tid).copied().unwrap_or(a.tid),
-                node: a.node,
-                op_path: self.node_path.get(&a.node).cloned().unwrap_or_default(),
-                cpu_ns: a.cpu_ns,
-                // Ratios within the windows: nothing to scale.
-                waits: wait_counters(&a.waits, 1.0, 1.0),
-                io_bytes: a.io_bytes,
-                stops: a.stops,
-            })
-            .collect();
-        for a in samples.iter().filter(|a| !a.op_path.is_empty()) {
-            *self
-                .thread_op_cpu
-                .entry(a.tid)
-                .or_default()
-                .entry(a.op_path.clone())
-                .or_default() += a.cpu_ns.max(1);
+        // Read while a window is open, and once after it closed; the
+        // flag is set again when the next one opens.
+        let read_window_maps = self.window_maps_stale;
+        self.window_maps_stale = self.window.is_some() || self.mode == Attribution::Continuous;
+        if read_window_maps {
+            let key_to_tid: HashMap<u32, u32> = bpf_threads
+                .iter()
+                .map(|(k, st)| (*k, ns_of(*k, st)))
+                .collect();
+            self.attr_latest = self.bpf.attribution()?;
+            for a in &mut self.attr_latest {
+                a.tid = key_to_tid.get(&a.tid).copied().unwrap_or(a.tid);
+            }
         }
-        if !samples.is_empty() {
-            sink.push(Event::Attribution { mono_ns, samples })?;
+        // Cumulative: sent again only when it or the paths that name it
+        // changed.
+        if read_window_maps || self.attr_sent_paths != Some(self.node_path.len()) {
+            self.attr_sent_paths = Some(self.node_path.len());
+            let samples = self.attribution_samples();
+            if !samples.is_empty() {
+                sink.push(Event::Attribution { mono_ns, samples })?;
+            }
         }
 
         self.forward_wait_stacks();
@@ -1168,7 +1172,12 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         let io = std::mem::take(&mut self.io_acc);
         self.pending_io.push((mono_ns, io));
         let mut deltas = Vec::new();
-        for (key, (waits, ns)) in self.bpf.lock_sites()? {
+        let sites = if read_window_maps {
+            self.bpf.lock_sites()?
+        } else {
+            Vec::new()
+        };
+        for (key, (waits, ns)) in sites {
             let (w0, n0) = self.sites_prev.insert(key, (waits, ns)).unwrap_or((0, 0));
             if waits > w0 {
                 deltas.push((key, waits - w0, ns.saturating_sub(n0)));
@@ -1193,11 +1202,38 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         out
     }
 
-    /// Thread names, op classes and each thread's main op, for the stack
-    /// sampler's attribution.
+    /// The attribution evidence as last read, its nodes named by the
+    /// paths known now.
+    fn attribution_samples(&self) -> Vec<AttributionSample> {
+        self.attr_latest
+            .iter()
+            .map(|a| AttributionSample {
+                tid: a.tid,
+                node: a.node,
+                op_path: self.node_path.get(&a.node).cloned().unwrap_or_default(),
+                cpu_ns: a.cpu_ns,
+                // Ratios within the windows: nothing to scale.
+                waits: wait_counters(&a.waits, 1.0, 1.0),
+                io_bytes: a.io_bytes,
+                stops: a.stops,
+            })
+            .collect()
+    }
+
+    /// Thread names, op classes and each thread's main op (the one its
+    /// windows booked most CPU to), for the stack sampler's attribution.
     pub fn stack_context(&mut self) -> crate::sampler::StackContext {
-        let thread_ops = self
-            .thread_op_cpu
+        let mut op_cpu: HashMap<u32, HashMap<String, u64>> = HashMap::new();
+        for a in self.attribution_samples() {
+            if !a.op_path.is_empty() {
+                *op_cpu
+                    .entry(a.tid)
+                    .or_default()
+                    .entry(a.op_path)
+                    .or_default() += a.cpu_ns.max(1);
+            }
+        }
+        let thread_ops = op_cpu
             .iter()
             .filter_map(|(tid, ops)| {
                 let (path, _) = ops.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
