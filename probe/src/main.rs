@@ -93,9 +93,10 @@ struct RecordArgs {
     /// Output directory (created if needed).
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// Poll interval of the autotune model, in milliseconds.
-    #[arg(long, default_value_t = 250)]
-    interval_ms: u64,
+    /// Poll interval, in milliseconds [default: 1000 reading the autotune
+    /// model, 250 in the uprobes fallback].
+    #[arg(long)]
+    interval_ms: Option<u64>,
     /// How to observe the pipeline.
     #[arg(long, value_enum, default_value_t = ModeChoice::Auto)]
     mode: ModeChoice,
@@ -200,7 +201,7 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
     let opts = RecordOpts {
         pid: r.pid,
         duration: r.duration.map(Duration::from_secs_f64),
-        interval: Duration::from_millis(r.interval_ms.max(10)),
+        interval: r.interval_ms.map(|ms| Duration::from_millis(ms.max(10))),
         mode: r.mode,
         discovery_timeout: Duration::from_secs_f64(r.wait.max(0.1)),
         quiet: r.quiet,

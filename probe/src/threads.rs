@@ -162,9 +162,9 @@ const MAX_ENTRIES: u64 = 65536;
 const TID_SEARCH: u64 = 0x800;
 
 /// A walk that found nothing new is trusted for at most this many polls
-/// (4 s at the default interval): a name changed in place would change
-/// neither the registry's size nor the thread set.
-const REWALK_POLLS: u32 = 16;
+/// (4 s at the default interval of 1 s): a name changed in place would
+/// change neither the registry's size nor the thread set.
+const REWALK_POLLS: u32 = 4;
 
 /// Reads TensorFlow's thread name registry.
 pub struct NameRegistry {

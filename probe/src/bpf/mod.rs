@@ -157,12 +157,13 @@ impl<'obj> Bpf<'obj> {
                 .wait_samples
                 .set_max_entries(8 << 20)
                 .map_err(BpfError::Load)?;
-            // Op spans for trace.json: ~27,000 record_stop calls a second
-            // on the image pipeline while a window is open, 40 bytes each,
-            // drained every poll (250 ms): 2 MiB is 7 polls' worth.
+            // Op spans for trace.json: ~35,000 record_stop calls a second
+            // on the image pipeline while record_stop is in, 40 bytes
+            // each, drained every poll (1 s by default): 4 MiB is ~3 s of
+            // them (a window keeps it in for ~0.3 s; --precise for all).
             open.maps
                 .spans
-                .set_max_entries(2 << 20)
+                .set_max_entries(4 << 20)
                 .map_err(BpfError::Load)?;
         }
         let (pidns_dev, pidns_ino) = own_pid_namespace();
