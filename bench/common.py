@@ -130,16 +130,21 @@ def proc_cpu_ticks(pid):
     return int(rest[11]) + int(rest[12])
 
 
-def system_busy_ticks():
+def system_ticks():
+    """(busy, steal) ticks of the whole machine. Steal is time the host ran
+    something else on our vCPUs: a window with some lost throughput to the
+    host, whichever kind it was."""
     with open("/proc/stat") as f:
         parts = f.readline().split()[1:]
     v = [int(x) for x in parts]
     idle = v[3] + (v[4] if len(v) > 4 else 0)
-    return sum(v[:8]) - idle
+    steal = v[7] if len(v) > 7 else 0
+    return sum(v[:8]) - idle, steal
 
 
 class Sampler:
-    """Samples (wall_ns, target ticks, probe ticks, machine busy ticks) every 50 ms."""
+    """Samples (wall_ns, target ticks, probe pid, probe ticks, machine busy
+    ticks, machine steal ticks) every 50 ms."""
 
     def __init__(self, target_pid):
         self.target_pid = target_pid
@@ -159,13 +164,13 @@ class Sampler:
             p = proc_cpu_ticks(ppid or os.getpid())
             if not ppid:
                 p = None
-            b = system_busy_ticks()
+            b, st = system_ticks()
             with self.lock:
-                self.samples.append((now, t, ppid, p, b))
+                self.samples.append((now, t, ppid, p, b, st))
             time.sleep(0.05)
 
     def between(self, start_ns, end_ns, idx, probe_pid=None):
-        """Ticks/s of field idx (1 target, 3 probe, 4 machine) between the
+        """Ticks/s of field idx (1 target, 3 probe, 4 machine, 5 steal) between the
         first sample at/after start and the last at/before end."""
         with self.lock:
             s = [x for x in self.samples if start_ns <= x[0] <= end_ns

@@ -29,6 +29,9 @@ the same ratio for elements per CPU-second of the target (much less sensitive
 to other processes on a shared machine; it includes costs paid inside the
 target such as uprobe handlers, but not the probe's own CPU), and the probe's CPU use as % of one core (whole run from the rusage of the
 reaped child, and during the recording window from /proc/<pid>/stat samples).
+On a VM it also prints each window's steal (time the host took the vCPUs,
+from /proc/stat): such a window loses throughput whichever kind it is, and
+the ratio over the pairs without steal is printed beside the full one.
 Standard library only. Needs root (the probe does).
 """
 
@@ -144,6 +147,10 @@ def second_profile(wl, windows, length):
 
 # -------------------------------------------------------------------- main --
 
+# Steal share of the machine under which a window counts as calm.
+STEAL_CALM = 0.01
+
+
 def fmt_pct(x):
     return "   n/a" if x is None else f"{100 * x:5.1f}%"
 
@@ -192,7 +199,7 @@ def main():
         windows = []  # dicts
         t_run0 = time.time_ns()
         print(f"{'#':>2} {'pair':>4} {'kind':<4} {'t0 s':>6} {'len s':>6} {'elems/s':>9} "
-              f"{'target cpu':>10} {'el/cpu-s':>8} {'machine':>8} {'probe cpu':>9}  note", flush=True)
+              f"{'target cpu':>10} {'el/cpu-s':>8} {'machine':>8} {'steal':>6} {'probe cpu':>9}  note", flush=True)
         for i, (k, kind) in enumerate(order):
             w = {"pair": k, "kind": kind, "note": ""}
             if kind == "OFF":
@@ -222,6 +229,8 @@ def main():
                 w["start"], w["end"] = start, end
                 w["target_cpu"] = sampler.between(start, end, 1)
                 w["machine"] = sampler.between(start, end, 4)
+                st = sampler.between(start, end, 5)
+                w["steal"] = None if st is None else st / os.cpu_count()
                 if w.get("rate") is not None and w["target_cpu"]:
                     w["eff"] = w["rate"] / w["target_cpu"]
             windows.append(w)
@@ -232,6 +241,7 @@ def main():
                 print(f"{i:>2} {k:>4} {kind:<4} {(start - t_run0) / 1e9:6.1f} {(end - start) / 1e9:6.2f} "
                       f"{w['rate']:9.1f} {fmt_pct(w['target_cpu']):>10} "
                       f"{w['eff'] if 'eff' in w else float('nan'):8.0f} {fmt_pct(mach):>8} "
+                      f"{fmt_pct(w.get('steal')):>6} "
                       f"{fmt_pct(w.get('probe_cpu_window')) if kind == 'ON' else '':>9}  {w['note']}",
                       flush=True)
             if wl.done.is_set():
@@ -264,6 +274,23 @@ def main():
     if busy:
         print(f"machine busy (all {os.cpu_count()} CPUs, target included) during the windows: "
               f"{100 * min(busy):.0f}-{100 * max(busy):.0f}%")
+    steal = [w["steal"] for w in valid if w.get("steal") is not None]
+    if steal:
+        print(f"steal (the host running something else on the vCPUs) during the windows: "
+              f"{100 * min(steal):.1f}-{100 * max(steal):.1f}%")
+        # A window the host took CPU from loses throughput whichever kind
+        # it is; on a shared host the pairs without any are the cleaner
+        # comparison (not a replacement for the ratio above: dropping
+        # pairs by a measured property can bias it if the probe itself
+        # changed steal, so both are printed).
+        calm = [w for w in valid if w.get("steal") is not None and w["steal"] <= STEAL_CALM]
+        pairs = {w["pair"] for w in calm if w["kind"] == "ON"} & {w["pair"] for w in calm if w["kind"] == "OFF"}
+        if pairs and len(pairs) < args.pairs:
+            sub = ratio_line(f"throughput ratio over the {len(pairs)} pairs with steal <= "
+                             f"{100 * STEAL_CALM:.0f}% in both windows",
+                             [w for w in calm if w["pair"] in pairs], "rate", args.pairs)
+            if sub:
+                print(sub)
     runs = [w["probe_cpu_run"] for w in windows if "probe_cpu_run" in w]
     inwin = [w["probe_cpu_window"] for w in windows if w.get("probe_cpu_window") is not None]
     probes = [w["probe"] for w in windows if "probe" in w and "probe_cpu_run" in w]
