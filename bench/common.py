@@ -132,8 +132,8 @@ def proc_cpu_ticks(pid):
 
 def system_ticks():
     """(busy, steal) ticks of the whole machine. Steal is time the host ran
-    something else on our vCPUs: a window with some lost throughput to the
-    host, whichever kind it was."""
+    something else on our vCPUs; a window with steal loses throughput to the
+    host whichever kind it is."""
     with open("/proc/stat") as f:
         parts = f.readline().split()[1:]
     v = [int(x) for x in parts]
