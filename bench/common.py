@@ -29,6 +29,15 @@ def check_setup(args, root=True):
         die(f"python {args.python} not found (the workloads need the project's .venv)")
 
 
+def abba(pairs):
+    """Window kinds for `pairs` OFF/ON pairs in ABBA order (OFF ON | ON OFF
+    | ...), so that a linear drift of the machine cancels."""
+    kinds = []
+    for k in range(pairs):
+        kinds += ["OFF", "ON"] if k % 2 == 0 else ["ON", "OFF"]
+    return kinds
+
+
 # ---------------------------------------------------------------- workload --
 
 class Workload:

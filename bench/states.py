@@ -28,7 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, Sampler, Workload, check_setup, die  # noqa: E402
+from common import REPO, Sampler, Workload, abba, check_setup, die  # noqa: E402
 
 
 def cpu_ticks():
@@ -115,10 +115,7 @@ def main():
     time.sleep(5)
     rows = []
     try:
-        kinds = []
-        for k in range(args.pairs):
-            kinds += ["OFF", "ON"] if k % 2 == 0 else ["ON", "OFF"]
-        for i, kind in enumerate(kinds):
+        for i, kind in enumerate(abba(args.pairs)):
             if kind == "OFF":
                 st = time.time_ns()
                 time.sleep(args.window)

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, Workload, check_setup, die  # noqa: E402
+from common import REPO, Workload, abba, check_setup, die  # noqa: E402
 
 BIN = 0.25
 BLOCK = 5.0
@@ -88,10 +88,7 @@ def main():
             die(f"workload not READY; see {wl.stderr_path}")
         time.sleep(args.warmup)
         on_rates, off_rates, opens, spans = [], [], [], []
-        kinds = []
-        for r in range(args.rounds):
-            kinds += ["OFF", "ON"] if r % 2 == 0 else ["ON", "OFF"]
-        for i, kind in enumerate(kinds):
+        for i, kind in enumerate(abba(args.rounds)):
             if kind == "OFF":
                 st = time.time_ns()
                 time.sleep(args.record)
