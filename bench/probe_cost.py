@@ -16,8 +16,9 @@ window's BPF programs (`kernel.bpf_stats_enabled`, `bpftool prog show`):
 a program whose count rises is attached. Prints per binary:
 
   * CPU ms/s and wakeups/s of the probe over the recording window
-    (report.json `window`), and between windows (seconds 2-13 and 17-28 of
-    a 30 s recording: windows open at 0 and 15 s), per thread and in all;
+    (report.json `window`), and between windows (from 1 s after a window's
+    programs last ran to 1.5 s before they next run, as the run counts
+    show), per thread and in all;
   * per window, how long each program ran (first to last rise of its run
     count, ±10 ms) and how many times.
 
@@ -42,8 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import REPO, Workload, die  # noqa: E402
 
 WINDOW_PROGS = ("record_stop_probe", "on_switch", "mutex_enter", "gil_enter")
-# Seconds of a 30 s recording with no window part open.
-BETWEEN = ((2.0, 13.5), (17.0, 28.5))
+# Margins around the window programs' observed runs that still count as the
+# window: the attach before, the detach and the maps read at the next poll
+# after.
+BEFORE, AFTER = 1.5, 1.0
 
 
 def thread_sample(pid):
@@ -139,6 +142,20 @@ def program_spans(counts, start_ns):
     return out
 
 
+def between_windows(spans, length):
+    """(from s, to s) of the recording with no window program running,
+    less the margins, from program_spans' output."""
+    busy = sorted((lo - BEFORE, hi + AFTER) for runs in spans.values() for lo, hi, _ in runs)
+    out, t = [], 0.0
+    for lo, hi in busy:
+        if lo > t:
+            out.append((t, lo))
+        t = max(t, hi)
+    if t < length - BEFORE:
+        out.append((t, length - BEFORE))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--probe", action="append",
@@ -181,8 +198,10 @@ def main():
     for probe in probes:
         print(f"\n{probe}")
         for n, (start, end, threads, counts) in enumerate(rows[probe]):
-            for label, spans in (("recording", ((0.0, (end - start) / 1e9),)),
-                                 ("between windows", BETWEEN)):
+            progs = program_spans(counts, start)
+            length = (end - start) / 1e9
+            for label, spans in (("recording", ((0.0, length),)),
+                                 ("between windows", between_windows(progs, length))):
                 secs, cpu, wake = usage_between(threads, start, spans)
                 if secs <= 0:
                     continue
@@ -190,7 +209,7 @@ def main():
                                 for k in sorted(cpu))
                 print(f"  #{n} {label:15} CPU {sum(cpu.values()) / 1e6 / secs:5.2f} ms/s, "
                       f"wakeups {sum(wake.values()) / secs:4.1f}/s ({secs:.1f} s): {per}")
-            for name, spans in program_spans(counts, start).items():
+            for name, spans in progs.items():
                 text = " | ".join(f"{lo:6.2f}-{hi:6.2f} s: {hi - lo:.3f} s, {k} runs" for lo, hi, k in spans)
                 print(f"  #{n} {name:17} {text}")
 
