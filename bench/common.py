@@ -43,9 +43,11 @@ def abba(pairs):
 class Workload:
     """The workload process and its GT lines, read by a background thread.
     `prefix` runs it under another command (`plumber-probe run ... --`); the
-    pid is the one the workload prints, not the prefix's."""
+    pid is the one the workload prints, not the prefix's. `new_session`: its
+    own session, so its own autogroup (copies then share the CPUs equally)."""
 
-    def __init__(self, python, name, seconds, logdir, extra, prefix=(), tag="workload"):
+    def __init__(self, python, name, seconds, logdir, extra, prefix=(), tag="workload",
+                 new_session=False):
         script = os.path.join(REPO, "tests", "workloads", f"{name}.py")
         if not os.path.isfile(script):
             die(f"no workload {script}")
@@ -56,7 +58,7 @@ class Workload:
         self.proc = subprocess.Popen(
             list(prefix) + [python, script, "--seconds", str(seconds)] + list(extra),
             stdout=subprocess.PIPE, stderr=self._err, env=env, cwd=REPO,
-            text=True, bufsize=1)
+            text=True, bufsize=1, start_new_session=new_session)
         self.pid = None
         self.ts = []      # GT wall_ns
         self.elems = []   # GT cumulative elems
