@@ -20,7 +20,11 @@ a program whose count rises is attached. Prints per binary:
     programs last ran to 1.5 s before they next run, as the run counts
     show), per thread and in all;
   * per window, how long each program ran (first to last rise of its run
-    count, ±10 ms) and how many times.
+    count, ±10 ms) and how many times;
+  * every program the probe loaded: its runs, run time per run and in all
+    (kernel.bpf_stats_enabled's run_time_ns: the handlers' own time, in
+    the target's threads or in interrupts; the traps around them are not
+    counted).
 
 The CPU and wakeups are exact; they are what the target's machine gives up
 to the probe itself. The probes' time in is the window's cost in the
@@ -71,23 +75,45 @@ def thread_sample(pid):
     return out
 
 
-def prog_counts():
-    """BPF program name -> run count, for the window's programs."""
+def prog_snapshot():
+    """BPF program id -> (name, run count, run time ns), for every program."""
     r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
     try:
         progs = json.loads(r.stdout)
     except ValueError:
         return {}
-    return {p["name"]: p.get("run_cnt", 0) for p in progs if p.get("name") in WINDOW_PROGS}
+    return {p["id"]: (p.get("name", "?"), p.get("run_cnt", 0), p.get("run_time_ns", 0))
+            for p in progs if "id" in p}
+
+
+def window_counts(snap):
+    """BPF program name -> run count, for the window's programs."""
+    return {name: cnt for name, cnt, _ in snap.values() if name in WINDOW_PROGS}
+
+
+def program_totals(snaps):
+    """name -> (runs, run time ns) of the programs that appeared during the
+    recording (the probe's), at the last snapshot that shows each."""
+    before = set(snaps[0][1]) if snaps else set()
+    last = {}
+    for _, snap in snaps:
+        for pid, (name, cnt, ns) in snap.items():
+            if pid not in before:
+                last[pid] = (name, cnt, ns)
+    out = collections.defaultdict(lambda: [0, 0])
+    for name, cnt, ns in last.values():
+        out[name][0] += cnt
+        out[name][1] += ns
+    return out
 
 
 def record(probe, pid, duration, outdir):
     stop = threading.Event()
-    counts = []
+    snaps = []
 
     def watch_progs():
         while not stop.is_set():
-            counts.append((time.time_ns(), prog_counts()))
+            snaps.append((time.time_ns(), prog_snapshot()))
             time.sleep(0.005)
 
     watcher = threading.Thread(target=watch_progs, daemon=True)
@@ -106,7 +132,8 @@ def record(probe, pid, duration, outdir):
         die(f"{probe} exited {p.returncode}: {err.strip()[-300:]}")
     with open(os.path.join(outdir, "report.json")) as f:
         w = json.load(f)["window"]
-    return int(w["start_ns"]), int(w["end_ns"]), threads, counts
+    counts = [(t, window_counts(snap)) for t, snap in snaps]
+    return int(w["start_ns"]), int(w["end_ns"]), threads, counts, program_totals(snaps)
 
 
 def usage_between(threads, start_ns, spans):
@@ -197,7 +224,7 @@ def main():
           f"{args.duration:.0f} s per binary, in turn; logs in {work}")
     for probe in probes:
         print(f"\n{probe}")
-        for n, (start, end, threads, counts) in enumerate(rows[probe]):
+        for n, (start, end, threads, counts, totals) in enumerate(rows[probe]):
             progs = program_spans(counts, start)
             length = (end - start) / 1e9
             for label, spans in (("recording", ((0.0, length),)),
@@ -212,6 +239,17 @@ def main():
             for name, spans in progs.items():
                 text = " | ".join(f"{lo:6.2f}-{hi:6.2f} s: {hi - lo:.3f} s, {k} runs" for lo, hi, k in spans)
                 print(f"  #{n} {name:17} {text}")
+            # Start-up to exit, over the recording window's length: the
+            # programs run only while the probe is attached.
+            ncpu = os.cpu_count() or 1
+            total = sum(ns for _, ns in totals.values())
+            print(f"  #{n} BPF programs, run time over the {length:.1f} s window: "
+                  f"{total / 1e6 / length:.2f} ms/s ({100 * total / 1e9 / length / ncpu:.3f}% "
+                  f"of {ncpu} CPUs; traps and interrupts not included)")
+            for name, (runs, ns) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+                if runs:
+                    print(f"  #{n}   {name:18} {runs:8d} runs {ns / runs / 1e3:7.2f} us/run "
+                          f"{ns / 1e6 / length:6.3f} ms/s")
 
 
 if __name__ == "__main__":
