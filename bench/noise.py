@@ -12,13 +12,12 @@ CPU from /proc every second, with the machine's steal. Then, for blocks of
   cv         the spread of the blocks' throughput;
   adjacent   the spread (sd) of the ratio of two adjacent blocks, pairs of
              blocks starting every second: what one OFF/ON pair of
-             overhead.py sees with nothing attached.
-
---seconds must hold at least six windows.
+             overhead.py sees with nothing attached;
 
 and the standard error that an overhead.py run of --pairs pairs of
 --window s windows would carry: adjacent / sqrt(pairs). Telling 0.99 from
-1.00 at two standard errors needs it at 0.25% or less.
+1.00 at two standard errors needs it at 0.25% or less. --seconds must hold
+at least six windows.
 
 With --copies 2 it also gives the same for the ratio of the two copies'
 throughputs and of their elements per CPU-second, with the correlation of

@@ -97,9 +97,9 @@ def program_totals(snaps):
     before = set(snaps[0][1]) if snaps else set()
     last = {}
     for _, snap in snaps:
-        for pid, (name, cnt, ns) in snap.items():
-            if pid not in before:
-                last[pid] = (name, cnt, ns)
+        for prog_id, (name, cnt, ns) in snap.items():
+            if prog_id not in before:
+                last[prog_id] = (name, cnt, ns)
     out = collections.defaultdict(lambda: [0, 0])
     for name, cnt, ns in last.values():
         out[name][0] += cnt
