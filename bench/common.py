@@ -25,6 +25,11 @@ def check_setup(args, root=True):
     args.probe = os.path.abspath(args.probe)
     if not (os.path.isfile(args.probe) and os.access(args.probe, os.X_OK)):
         die(f"probe binary {args.probe} not found; build it with `cargo build --release -p plumber-probe`")
+    check_python(args)
+
+
+def check_python(args):
+    """The project's venv, or a one-line error."""
     if not os.access(args.python, os.X_OK):
         die(f"python {args.python} not found (the workloads need the project's .venv)")
 

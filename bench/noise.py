@@ -6,7 +6,7 @@
 Run it before bench/overhead.py. It starts the workload (or two copies, each
 in its own session, so its own autogroup and an equal share of the CPUs),
 skips a warm-up, and reads each copy's throughput from its GT lines and its
-CPU from /proc every second, with the machine's steal. Then, for blocks of
+CPU from /proc (common.Sampler), with the machine's steal. Then, for blocks of
 1, 5 and 15 s and of --window seconds:
 
   cv         the spread of the blocks' throughput;
@@ -32,42 +32,12 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CLK_TCK, REPO, Workload, die, proc_cpu_ticks, system_ticks  # noqa: E402
+from common import REPO, Sampler, Workload, check_python, die  # noqa: E402
 
 RESOLVES = 0.0025  # one standard error that tells 0.99 from 1.00 at two
-
-
-class CpuLog:
-    """Every second: (wall_ns, ticks of each copy, machine busy, machine steal)."""
-
-    def __init__(self, pids):
-        self.pids = pids
-        self.rows = []
-        self.stopped = False
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self):
-        while not self.stopped:
-            now = time.time_ns()
-            ticks = [proc_cpu_ticks(p) for p in self.pids]
-            if None in ticks:
-                return
-            busy, steal = system_ticks()
-            self.rows.append((now, ticks, busy, steal))
-            time.sleep(1.0)
-
-    def at(self, t_ns, idx):
-        """Field idx of the row nearest t_ns, interpolated (ticks)."""
-        rows = self.rows
-        for a, b in zip(rows, rows[1:]):
-            if a[0] <= t_ns <= b[0]:
-                va, vb = idx(a), idx(b)
-                return va + (vb - va) * (t_ns - a[0]) / (b[0] - a[0])
-        raise ValueError("instant outside the CPU log")
 
 
 def cv(v):
@@ -102,9 +72,7 @@ def main():
     ap.add_argument("--window", type=float, default=30.0, help="overhead.py's --window (default 30)")
     ap.add_argument("--pairs", type=int, default=24, help="overhead.py's --pairs (default 24)")
     args = ap.parse_args()
-    if not os.access(args.python, os.X_OK):
-        die(f"python {args.python} not found (the workloads need the project's .venv; "
-            "run scripts/setup.sh)")
+    check_python(args)
     if args.seconds < 6 * args.window:
         # Fewer blocks than that, and the spread of adjacent ones says little.
         die(f"--seconds must be at least six times --window (got {args.seconds:g} and {args.window:g})")
@@ -117,16 +85,17 @@ def main():
         for w in copies:
             if not w.ready.wait(300) or w.pid is None:
                 die(f"workload not READY; see {w.stderr_path}")
-        log = CpuLog([w.pid for w in copies])
+        samplers = [Sampler(w.pid) for w in copies]
         time.sleep(args.warmup)
         t0 = time.time_ns()
         time.sleep(args.seconds)
         t1 = time.time_ns()
-        time.sleep(1.5)  # a CPU row past t1
+        time.sleep(0.2)  # a CPU sample past t1
         for w in copies:
             if not w.wait_covered(t1):
                 die(f"the workload stopped printing GT lines; see {w.stderr_path}")
-        log.stopped = True
+        for smp in samplers:
+            smp.stopped = True
     finally:
         for w in copies:
             w.stop()
@@ -134,14 +103,15 @@ def main():
     def count(w):
         return lambda s, e: w.value_at(e) - w.value_at(s)
 
-    def cpu(i):
-        return lambda s, e: log.at(e, lambda r: r[1][i]) - log.at(s, lambda r: r[1][i])
+    def eff(w, smp):
+        """Elements per CPU-second of one copy."""
+        return lambda s, e: count(w)(s, e) * 1e9 / (e - s) / smp.between(s, e, 1)
 
-    if len(log.rows) < 2 or log.rows[-1][0] < t1:
+    if any(smp.between(t0, t1, 1) is None for smp in samplers):
         die(f"a workload exited before the end; see {logdir}")
 
-    busy = (log.rows[-1][2] - log.rows[0][2]) / CLK_TCK / ((log.rows[-1][0] - log.rows[0][0]) / 1e9)
-    steal = (log.rows[-1][3] - log.rows[0][3]) / CLK_TCK / ((log.rows[-1][0] - log.rows[0][0]) / 1e9)
+    busy = samplers[0].between(t0, t1, 4)
+    steal = samplers[0].between(t0, t1, 5)
     ncpu = os.cpu_count() or 1
     rates = [count(w)(t0, t1) * 1e9 / (t1 - t0) for w in copies]
     print(f"{args.workload}, {args.copies} cop{'y' if args.copies == 1 else 'ies'}, "
@@ -167,12 +137,12 @@ def main():
             verdict.setdefault(L, []).append(sd)
         if args.copies == 2:
             fa, fb = count(copies[0]), count(copies[1])
-            ca, cb = cpu(0), cpu(1)
+            ea, eb = eff(copies[0], samplers[0]), eff(copies[1], samplers[1])
             sd = adjacent_sd(lambda s, e: fa(s, e) / fb(s, e), adj)
-            eff = adjacent_sd(lambda s, e: (fa(s, e) / ca(s, e)) / (fb(s, e) / cb(s, e)), adj)
+            sd_eff = adjacent_sd(lambda s, e: ea(s, e) / eb(s, e), adj)
             corr = (statistics.correlation([fa(*b) for b in cons], [fb(*b) for b in cons])
                     if len(cons) > 2 else math.nan)
-            line += f"  {pct(sd):>12} {pct(eff):>12} {corr:5.2f}"
+            line += f"  {pct(sd):>12} {pct(sd_eff):>12} {corr:5.2f}"
             verdict[L].append(sd)
         print(line.rstrip())
     if args.window in verdict:

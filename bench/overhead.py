@@ -50,7 +50,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CLK_TCK, REPO, Sampler, Workload, check_setup, die, ratio_line  # noqa: E402
+from common import CLK_TCK, REPO, Sampler, Workload, abba, check_setup, die, ratio_line  # noqa: E402
 
 
 # ------------------------------------------------------------------- probe --
@@ -192,9 +192,7 @@ def main():
         sampler = Sampler(wl.pid)
         time.sleep(args.warmup)
 
-        order = []
-        for k in range(args.pairs):
-            order += [(k, "OFF"), (k, "ON")] if k % 2 == 0 else [(k, "ON"), (k, "OFF")]
+        order = [(i // 2, kind) for i, kind in enumerate(abba(args.pairs))]
 
         windows = []  # dicts
         t_run0 = time.time_ns()

@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, Sampler, Workload, check_setup, die, ratio_line  # noqa: E402
+from common import REPO, Sampler, Workload, abba, check_setup, die, ratio_line  # noqa: E402
 
 
 def one_run(args, kind, i, work):
@@ -99,19 +99,18 @@ def main():
     print(f"{'#':>2} {'pair':>4} {'kind':<4} {'elems/s':>9} {'target cpu':>10} "
           f"{'el/cpu-s':>8} {'parent cpu':>10}", flush=True)
     windows = []
-    for k in range(args.pairs):
-        for kind in (("OFF", "ON") if k % 2 == 0 else ("ON", "OFF")):
-            i = len(windows)
-            w = one_run(args, kind, i, work)
-            w["pair"] = k
-            windows.append(w)
-            if "error" in w:
-                print(f"{i:>2} {k:>4} {kind:<4} ERROR {w['error']}", flush=True)
-                continue
-            pc = w.get("parent_cpu")
-            print(f"{i:>2} {k:>4} {kind:<4} {w['rate']:9.1f} "
-                  f"{100 * (w['target_cpu'] or 0):9.1f}% {w.get('eff', float('nan')):8.0f} "
-                  f"{'' if pc is None else f'{100 * pc:9.2f}%':>10}", flush=True)
+    for i, kind in enumerate(abba(args.pairs)):
+        k = i // 2
+        w = one_run(args, kind, i, work)
+        w["pair"] = k
+        windows.append(w)
+        if "error" in w:
+            print(f"{i:>2} {k:>4} {kind:<4} ERROR {w['error']}", flush=True)
+            continue
+        pc = w.get("parent_cpu")
+        print(f"{i:>2} {k:>4} {kind:<4} {w['rate']:9.1f} "
+              f"{100 * (w['target_cpu'] or 0):9.1f}% {w.get('eff', float('nan')):8.0f} "
+              f"{'' if pc is None else f'{100 * pc:9.2f}%':>10}", flush=True)
     ok = [w for w in windows if "error" not in w]
     print()
     line = ratio_line("throughput ratio shim/no-shim", ok, "rate", args.pairs)
