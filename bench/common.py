@@ -196,6 +196,21 @@ class Sampler:
         return (s[-1][idx] - s[0][idx]) / CLK_TCK / ((s[-1][0] - s[0][0]) / 1e9)
 
 
+# One standard error of a mean ratio that tells 0.99 from 1.00 at two
+# standard errors (bench/noise.py, bench/overhead.py).
+RESOLVES = 0.0025
+
+
+def pair_ratios(windows, key, pairs):
+    """ON/OFF of `key` for each pair k that has both windows."""
+    per = []
+    for k in range(pairs):
+        ws = {w["kind"]: w for w in windows if w["pair"] == k}
+        if key in ws.get("ON", {}) and key in ws.get("OFF", {}):
+            per.append(ws["ON"][key] / ws["OFF"][key])
+    return per
+
+
 def ratio_line(what, windows, key, pairs):
     """`what: mean(ON)/mean(OFF) (pairs: ...; spread)` for one figure of
     windows tagged kind ON/OFF and pair k, or None without both kinds."""
@@ -203,14 +218,30 @@ def ratio_line(what, windows, key, pairs):
     off = [w[key] for w in windows if w["kind"] == "OFF" and key in w]
     if not on or not off:
         return None
-    per = []
-    for k in range(pairs):
-        ws = {w["kind"]: w for w in windows if w["pair"] == k}
-        if key in ws.get("ON", {}) and key in ws.get("OFF", {}):
-            per.append(ws["ON"][key] / ws["OFF"][key])
+    per = pair_ratios(windows, key, pairs)
     spread = ""
     if len(per) >= 2:
         spread = (f"; pair min {min(per):.3f} max {max(per):.3f} "
                   f"median {statistics.median(per):.3f} sd {statistics.stdev(per):.3f}")
     return (f"{what}: {statistics.mean(on) / statistics.mean(off):.3f} "
             f"(pairs: {' '.join(f'{r:.3f}' for r in per)}{spread})")
+
+
+def goal_line(per, goal=0.99):
+    """Whether the pair ratios show the mean at or above `goal`, at two
+    standard errors either way; a run whose standard error is too wide to
+    tell `goal` from 1.00 says so, whatever its mean, so that a noisy run
+    is not read as a result."""
+    if len(per) < 2:
+        return f"goal >= {goal}: not resolved (fewer than two pairs)"
+    mean = statistics.mean(per)
+    se = statistics.stdev(per) / len(per) ** 0.5
+    shown = f"mean of the pairs {mean:.4f} +/-{se:.4f} (one standard error, {len(per)} pairs)"
+    if se > RESOLVES:
+        return (f"goal >= {goal}: NOT RESOLVED on this machine: {shown}; telling {goal} from "
+                f"1.00 needs +/-{RESOLVES:.4f} or less (measure the noise with bench/noise.py)")
+    if mean - 2 * se >= goal:
+        return f"goal >= {goal}: met, {shown}"
+    if mean + 2 * se < goal:
+        return f"goal >= {goal}: missed, {shown}"
+    return f"goal >= {goal}: within two standard errors of it, neither met nor missed: {shown}"

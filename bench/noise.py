@@ -35,9 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import REPO, Sampler, Workload, check_python, die  # noqa: E402
-
-RESOLVES = 0.0025  # one standard error that tells 0.99 from 1.00 at two
+from common import RESOLVES, REPO, Sampler, Workload, check_python, die  # noqa: E402
 
 
 def cv(v):

@@ -25,10 +25,13 @@ ground truth: the cumulative `elems` of its GT lines (every 0.1 s), linearly
 interpolated at both ends, divided by the window length.
 
 Reports each window, the ratio mean(ON)/mean(OFF), each pair's ON/OFF ratio,
-the same ratio for elements per CPU-second of the target (much less sensitive
+whether the pairs show the 0.99 goal met or missed at two standard errors
+(or that this machine's noise leaves it unresolved, whatever the mean), the
+same ratio for elements per CPU-second of the target (much less sensitive
 to other processes on a shared machine; it includes costs paid inside the
-target such as uprobe handlers, but not the probe's own CPU), and the probe's CPU use as % of one core (whole run from the rusage of the
-reaped child, and during the recording window from /proc/<pid>/stat samples).
+target such as uprobe handlers, but not the probe's own CPU), and the
+probe's CPU use as % of one core (whole run from the rusage of the reaped
+child, and during the recording window from /proc/<pid>/stat samples).
 On a VM it also prints each window's steal (time the host took the vCPUs,
 from /proc/stat): such a window loses throughput whichever kind it is, and
 the ratio over the pairs without steal is printed beside the full one.
@@ -50,7 +53,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CLK_TCK, REPO, Sampler, Workload, abba, check_setup, die, ratio_line  # noqa: E402
+from common import (  # noqa: E402
+    CLK_TCK, REPO, Sampler, Workload, abba, check_setup, die, goal_line, pair_ratios, ratio_line,
+)
 
 
 # ------------------------------------------------------------------- probe --
@@ -261,6 +266,7 @@ def main():
     print(f"mean elems/s: ON {statistics.mean(on):.1f} ({len(on)} windows), "
           f"OFF {statistics.mean(off):.1f} ({len(off)} windows)")
     print(line)
+    print(goal_line(pair_ratios(valid, "rate", args.pairs)))
     # Secondary, far less sensitive to other processes taking CPU from the
     # target: elements per CPU-second of the target. It keeps costs paid
     # inside the target (uprobe handlers, page faults) but not the probe's own
