@@ -232,8 +232,8 @@ def goal_line(per, goal=0.99):
     standard errors either way; a run whose standard error is too wide to
     tell `goal` from 1.00 says so, whatever its mean, so that a noisy run
     is not read as a result. Runs on one machine have differed from each
-    other by more than their own standard errors (BENCHMARKS.md), so a
-    single run's "met" is one run's."""
+    other by more than their own standard errors (BENCHMARKS.md), so a run
+    that meets the goal says to repeat it."""
     if len(per) < 2:
         return f"goal >= {goal}: not resolved (fewer than two pairs)"
     mean = statistics.mean(per)
@@ -243,7 +243,8 @@ def goal_line(per, goal=0.99):
         return (f"goal >= {goal}: NOT RESOLVED on this machine: {shown}; telling {goal} from "
                 f"1.00 needs +/-{RESOLVES:.4f} or less (measure the noise with bench/noise.py)")
     if mean - 2 * se >= goal:
-        return f"goal >= {goal}: met in this run, {shown} (repeat it: runs have differed by more than their own errors)"
+        return (f"goal >= {goal}: met in this run, {shown}; repeat it: runs have differed by "
+                f"more than their own errors")
     if mean + 2 * se < goal:
         return f"goal >= {goal}: missed in this run, {shown}"
     return f"goal >= {goal}: within two standard errors of it, neither met nor missed: {shown}"
