@@ -15,7 +15,8 @@
 //! Lock, condition and GIL slow paths are timed by uprobes on their entry
 //! and return (absl's `Mutex::LockSlow`, CPython's `take_gil`): thousands
 //! of hits a second on a busy pipeline, ~2.5 us each, and the return probe
-//! runs with the lock just taken, lengthening the critical section. So
+//! runs with the lock just taken, lengthening the critical section (which
+//! does not make LockSlow come more often: bench/lock_contention.py). So
 //! they too are attached in windows only: during the attribution part
 //! of a window (for the per-node split, and so that blocks inside them are
 //! not taken for condition waits) and for `WAIT_WINDOW` after it, the only
