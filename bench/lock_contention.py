@@ -21,6 +21,7 @@ derived from its symbol table and program headers. Needs root and tracefs.
 """
 
 import argparse
+import glob
 import os
 import re
 import statistics
@@ -74,11 +75,11 @@ def main():
     if set(args.order) - set("EBO"):
         die("--order takes E, B and O only")
     check_python(args)
-    lib = os.path.realpath(os.path.join(
-        REPO, ".venv", "lib", "python3.11", "site-packages", "tensorflow",
-        "libtensorflow_framework.so.2"))
-    if not os.path.isfile(lib):
-        die(f"no {lib}; run scripts/setup.sh")
+    libs = glob.glob(os.path.join(REPO, ".venv", "lib", "python3*", "site-packages",
+                                  "tensorflow", "libtensorflow_framework.so.2"))
+    if len(libs) != 1:
+        die("no single libtensorflow_framework.so.2 in .venv; run scripts/setup.sh")
+    lib = os.path.realpath(libs[0])
     off = file_offset(lib, LOCKSLOW)
     write_events([f"p:{GROUP}/entry {lib}:{off:#x}", f"r:{GROUP}/ret {lib}:{off:#x}"])
     events = {"E": f"{GROUP}:entry", "B": f"{GROUP}:entry,{GROUP}:ret", "O": None}
