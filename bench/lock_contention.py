@@ -81,7 +81,6 @@ def main():
         die("no single libtensorflow_framework.so.2 in .venv; run scripts/setup.sh")
     lib = os.path.realpath(libs[0])
     off = file_offset(lib, LOCKSLOW)
-    write_events([f"p:{GROUP}/entry {lib}:{off:#x}", f"r:{GROUP}/ret {lib}:{off:#x}"])
     events = {"E": f"{GROUP}:entry", "B": f"{GROUP}:entry,{GROUP}:ret", "O": None}
 
     logdir = tempfile.mkdtemp(prefix="pp-lockc-")
@@ -89,6 +88,8 @@ def main():
     w = Workload(args.python, args.workload, seconds, logdir, [])
     rows = []
     try:
+        # Inside the try, so that the events go whatever stops the run.
+        write_events([f"p:{GROUP}/entry {lib}:{off:#x}", f"r:{GROUP}/ret {lib}:{off:#x}"])
         if not w.ready.wait(120):
             die(f"workload not READY; see {w.stderr_path}")
         time.sleep(15)  # autotune settles
@@ -109,14 +110,19 @@ def main():
                 time.sleep(args.block)
                 counts = {}
             t1 = time.time_ns()
-            n = w.rate(t0, t1) * (t1 - t0) / 1e9
-            rows.append((kind, n * 1e9 / (t1 - t0), {k: v / n for k, v in counts.items()}))
+            rate = w.rate(t0, t1)
+            n = rate * (t1 - t0) / 1e9
+            rows.append((kind, rate, {k: v / n for k, v in counts.items()}))
             per = " ".join(f"{k} {v:.3f}/element" for k, v in rows[-1][2].items())
             print(f"{kind}  {rows[-1][1]:7.1f} elements/s  {per}", flush=True)
             time.sleep(1)
     finally:
         w.stop()
-        write_events([f"-:{GROUP}/entry", f"-:{GROUP}/ret"])
+        for name in ("entry", "ret"):
+            try:
+                write_events([f"-:{GROUP}/{name}"])
+            except OSError:
+                pass  # never added: the add failed before it
 
     print(f"\n{args.workload}, {args.block:g} s blocks, {len(rows)} blocks; logs: {logdir}")
     for kind, name in (("E", "entry probe only"), ("B", "entry + return probes"), ("O", "nothing")):
