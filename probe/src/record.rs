@@ -303,10 +303,15 @@ impl Progress {
         let _ = err.flush();
     }
 
+    /// The recording window is over; outputs follow (stack symbolization
+    /// and the flamegraphs can take seconds).
     pub(crate) fn done(&self) {
         if self.tty && !self.quiet {
             eprintln!();
         }
+        // A recording taken beside this one (tests/e2e/shim.rs) is ended
+        // at this line, so that both cover the same stretch.
+        info!("recording window closed; writing outputs");
     }
 }
 

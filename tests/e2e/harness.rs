@@ -298,6 +298,62 @@ pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Pipelin
     read_snapshot(&out.join("stats.pb"))
 }
 
+/// `record`, calling `at_close` as soon as the probe's recording window
+/// closes (its "recording window closed" log line), before it writes its
+/// outputs: something recorded beside it can then end on the same instant.
+pub fn record_and_then(
+    w: &Workload,
+    seconds: f64,
+    out: &Path,
+    at_close: impl FnOnce(),
+) -> PipelineSnapshot {
+    let mut child = Command::new(probe_bin())
+        .args([
+            "--pid",
+            &w.pid.to_string(),
+            "--duration",
+            &seconds.to_string(),
+        ])
+        .args([
+            "--output",
+            out.to_str().expect("utf8"),
+            "-q",
+            "--log",
+            "info",
+        ])
+        .env(
+            "PLUMBER_PROBE_CACHE",
+            std::env::temp_dir().join("plumber-e2e-cache"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run plumber-probe");
+    let stderr = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("recording window closed") {
+                let _ = tx.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    let closed = rx.recv_timeout(Duration::from_secs_f64(seconds + 120.0));
+    at_close();
+    let status = child.wait().expect("wait for plumber-probe");
+    let lines = reader.join().expect("stderr reader");
+    assert!(
+        closed.is_ok() && status.success(),
+        "plumber-probe: {status}, window closed: {}\n{}",
+        closed.is_ok(),
+        lines.join("\n")
+    );
+    read_snapshot(&out.join("stats.pb"))
+}
+
 pub fn read_snapshot(p: &Path) -> PipelineSnapshot {
     let b = std::fs::read(p).expect("stats.pb written");
     PipelineSnapshot::decode(b.as_slice()).expect("stats.pb decodes")
@@ -328,6 +384,28 @@ impl Graph {
 
     pub fn by_op(&self, op: &str) -> Vec<&(String, String, Vec<String>, bool)> {
         self.nodes.iter().filter(|n| n.1 == op).collect()
+    }
+
+    /// Whether main-graph node `to` is an input of `from`, directly or
+    /// further down.
+    pub fn reaches(&self, from: &str, to: &str) -> bool {
+        let mut todo = vec![from.to_string()];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(cur) = todo.pop() {
+            if !seen.insert(cur.clone()) {
+                continue;
+            }
+            let Some(n) = self.nodes.iter().find(|n| n.0 == cur && !n.3) else {
+                continue;
+            };
+            for i in &n.2 {
+                if i == to {
+                    return true;
+                }
+                todo.push(i.clone());
+            }
+        }
+        false
     }
 
     /// Main-graph chain from `dataset` down through first inputs, as ops.

@@ -65,6 +65,13 @@ fn check(e: &Expect) {
 
 /// Each op's elements over the window of `s` against what the workload
 /// counted itself, within 1%. `who` names the mode in messages.
+///
+/// An op under a Prefetch runs ahead of the training loop by what that
+/// buffer holds: its count may exceed the loop's by the elements buffered
+/// above it at the window's end. That matters where the window ends after
+/// the loop stopped taking elements (`plumber-probe run`'s recording ends
+/// with the workload, whose autotuned Prefetch then fills: padded_batch's
+/// held 396 batches, and its Repeat read 1.26% over the loop's count).
 pub(crate) fn assert_counts(e: &Expect, w: &Workload, s: &PipelineSnapshot, who: &str) {
     let g = Graph::of(s);
     for (op, key) in e.counts {
@@ -75,6 +82,18 @@ pub(crate) fn assert_counts(e: &Expect, w: &Workload, s: &PipelineSnapshot, who:
             .iter()
             .map(|n| stat(s, &n.0).aggregate_elements_produced)
             .sum();
+        let ahead = buffered_above(&g, s, &nodes, got as f64);
+        if ahead > 0.0 {
+            eprintln!(
+                "{}{who} {op}: up to {ahead:.0} elements buffered above it at the end",
+                e.script
+            );
+        }
+        let got = if got as f64 > want {
+            (got as f64 - ahead).max(want) as i64
+        } else {
+            got
+        };
         assert_eq!(
             got,
             nodes
@@ -89,6 +108,27 @@ pub(crate) fn assert_counts(e: &Expect, w: &Workload, s: &PipelineSnapshot, who:
             0.01,
         );
     }
+}
+
+/// Elements (in `ops`' units, whose total is `got`) held at the window's
+/// end in the buffers of the Prefetch ops above `ops`.
+fn buffered_above(
+    g: &Graph,
+    s: &PipelineSnapshot,
+    ops: &[&(String, String, Vec<String>, bool)],
+    got: f64,
+) -> f64 {
+    let names: Vec<&str> = ops.iter().map(|n| n.0.as_str()).collect();
+    g.nodes
+        .iter()
+        .filter(|p| p.1 == "PrefetchDataset" && names.iter().any(|n| g.reaches(&p.0, n)))
+        .map(|p| {
+            let st = stat(s, &p.0);
+            // Buffered elements are the Prefetch's own (batches above a
+            // batch op): in `ops`' units by the two counts' ratio.
+            st.probe_buffered_elements as f64 * got / (st.elements_produced.max(1) as f64)
+        })
+        .sum()
 }
 
 pub(crate) const TFRECORD_IMAGE: Expect = Expect {

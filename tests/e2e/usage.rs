@@ -135,17 +135,26 @@ fn image_pipeline_cpu_and_file_io() {
 #[test]
 fn gil_wait_on_the_py_function_map() {
     require_root();
-    let w = Workload::start("py_function.py", &[]);
+    // Ten times the default Python work per element. At the default, a
+    // py_function call's own cost (a Python thread state created and
+    // deleted per call, cross-CPU wake-ups at each GIL hand-off) is most
+    // of the element, and in this VM's slow spells it triples: the pool
+    // threads then sleep as long (~46% of their time by schedstat), but
+    // waiting for work, and the GIL's real share fell to 6-16% (8.9% in a
+    // CI run). At 20,000 iterations the loop holds the GIL for most of the
+    // element, and its wait stayed at 43-44% of the map's time in such a
+    // spell.
+    let w = Workload::start("py_function.py", &["--pyiters", "20000"]);
     let out = tempdir("usage-gil");
     record(&w, 5.0, &out, &[]);
     let r = report(&out);
     let map = node(&r, "ParallelMapV2");
     let (gil, wall) = (num(map, "gil_wait_ns"), num(map, "wall_ns"));
     eprintln!("GIL wait {gil:.0} ns of {wall:.0} ns wall on the map");
-    // Two UDF threads and the main thread take turns on the GIL: a quiet
-    // machine shows about a third of the map's time; keep a margin for
-    // busy ones (preempted time inflates wall, not GIL wait).
-    assert!(gil > 0.1 * wall, "GIL wait {gil} vs wall {wall}");
+    // Two UDF threads take turns on the GIL: about 45% of the map's time;
+    // keep a margin for busy machines (preempted time inflates wall, not
+    // GIL wait).
+    assert!(gil > 0.2 * wall, "GIL wait {gil} vs wall {wall}");
     // Nowhere else in the pipeline.
     for n in nodes(&r) {
         if !n["path"]
