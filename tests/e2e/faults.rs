@@ -107,7 +107,7 @@ fn target_exits_mid_recording() {
 }
 
 fn spawn_probe(pid: i32, out: &std::path::Path, extra: &[&str]) -> std::process::Child {
-    Command::new(probe_bin())
+    probe_command()
         .args([
             "--pid",
             &pid.to_string(),
@@ -116,10 +116,6 @@ fn spawn_probe(pid: i32, out: &std::path::Path, extra: &[&str]) -> std::process:
             "-q",
         ])
         .args(extra)
-        .env(
-            "PLUMBER_PROBE_CACHE",
-            std::env::temp_dir().join("plumber-e2e-cache"),
-        )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

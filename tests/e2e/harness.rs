@@ -264,29 +264,39 @@ pub fn counted_in_lines(lines: &[String], s: &PipelineSnapshot, key: &str) -> f6
     gt_at_lines(lines, t1, key) - gt_at_lines(lines, t0, key)
 }
 
+/// plumber-probe with the tests' layout cache.
+pub fn probe_command() -> Command {
+    let mut c = Command::new(probe_bin());
+    c.env(
+        "PLUMBER_PROBE_CACHE",
+        std::env::temp_dir().join("plumber-e2e-cache"),
+    );
+    c
+}
+
 pub fn run_probe(args: &[&str]) -> Output {
-    Command::new(probe_bin())
+    probe_command()
         .args(args)
-        .env(
-            "PLUMBER_PROBE_CACHE",
-            std::env::temp_dir().join("plumber-e2e-cache"),
-        )
         .output()
         .expect("run plumber-probe")
 }
 
+/// The arguments of a quiet `--pid` recording of `w` into `out`.
+fn record_args(w: &Workload, seconds: f64, out: &Path) -> Vec<String> {
+    vec![
+        "--pid".into(),
+        w.pid.to_string(),
+        "--duration".into(),
+        seconds.to_string(),
+        "--output".into(),
+        out.to_str().expect("utf8").into(),
+        "-q".into(),
+    ]
+}
+
 pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> PipelineSnapshot {
-    let pid = w.pid.to_string();
-    let dur = seconds.to_string();
-    let mut args = vec![
-        "--pid",
-        &pid,
-        "--duration",
-        &dur,
-        "--output",
-        out.to_str().expect("utf8"),
-        "-q",
-    ];
+    let base = record_args(w, seconds, out);
+    let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
     let o = run_probe(&args);
     assert!(
@@ -307,24 +317,9 @@ pub fn record_and_then(
     out: &Path,
     at_close: impl FnOnce(),
 ) -> PipelineSnapshot {
-    let mut child = Command::new(probe_bin())
-        .args([
-            "--pid",
-            &w.pid.to_string(),
-            "--duration",
-            &seconds.to_string(),
-        ])
-        .args([
-            "--output",
-            out.to_str().expect("utf8"),
-            "-q",
-            "--log",
-            "info",
-        ])
-        .env(
-            "PLUMBER_PROBE_CACHE",
-            std::env::temp_dir().join("plumber-e2e-cache"),
-        )
+    let mut child = probe_command()
+        .args(record_args(w, seconds, out))
+        .args(["--log", "info"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
