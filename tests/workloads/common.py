@@ -12,7 +12,8 @@ and ends with `sys.exit(common.main(sys.modules[__name__]))`.
 Ground-truth protocol on stdout (one line each, flushed):
 
     READY pid=<pid> pipeline=<name>                 once, after the first root element
-    GT wall_ns=<time.time_ns()> root=<n> elems=<m>  right after READY, then every --gt-interval s
+    GT wall_ns=<time.time_ns()> root=<n> elems=<m>  right after READY (first root=0 elems=0 at the
+                                                    iterator's creation), then every --gt-interval s
     DONE root=<n>                                   last line, after a final GT line
 
 root is the number of elements the Python loop took from the iterator (cumulative);
@@ -206,11 +207,15 @@ def run(module, args):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    it = iter(ds)
-    count = _leading_dim if batched else (lambda _x: 1)
     # Optional workload-specific ground truth appended to GT lines
     # (" key=value ..."), e.g. cpu_burn's pool thread CPU.
     gt_extra = getattr(module, "gt_extra", lambda: "")
+    # Nothing is consumed before the iterator exists: the first GT line
+    # says so, for tools whose window opens before the first element
+    # (`plumber-probe run` finds the pipeline as the iterator is built).
+    built, built_extra = time.time_ns(), gt_extra()
+    it = iter(ds)
+    count = _leading_dim if batched else (lambda _x: 1)
 
     x = next(it)
     root = 1
@@ -222,6 +227,7 @@ def run(module, args):
     interval = max(int(args.gt_interval * 1e9), 1)
     deadline = now + int(args.seconds * 1e9)
     _emit(f"READY pid={os.getpid()} pipeline={name}")
+    _emit(f"GT wall_ns={built} root=0 elems=0{built_extra}")
     _emit(f"GT wall_ns={now} root={root} elems={elems}{gt_extra()}")
     last = (root, now)
     next_gt = now + interval
