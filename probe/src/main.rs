@@ -184,7 +184,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, joined.
-            eprintln!("plumber-probe: {e:#}");
+            eprintln!("plumber-probe: {}", output::one_line(&e));
             ExitCode::from(if output::is_usage_error(&e) { 2 } else { 1 })
         }
     }

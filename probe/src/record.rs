@@ -616,7 +616,10 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                 let iters = match self.discover() {
                     Ok(i) => i,
                     Err(e) if window_start.is_some() => {
-                        warn!("pipeline gone and not found again: {e:#}");
+                        warn!(
+                            "pipeline gone and not found again: {}",
+                            crate::output::one_line(&e)
+                        );
                         break if STOP.load(Ordering::SeqCst) {
                             Stop::Signal
                         } else {
@@ -720,7 +723,10 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                             }
                         }
                     }
-                    Err(e) => debug!("looking for parallel ops' iterators: {e:#}"),
+                    Err(e) => debug!(
+                        "looking for parallel ops' iterators: {}",
+                        crate::output::one_line(&e)
+                    ),
                 }
                 continue;
             }
@@ -832,7 +838,10 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                 Some(u)
             }
             Err(e) => {
-                warn!("per-thread CPU, waits and I/O are not measured: {e:#}");
+                warn!(
+                    "per-thread CPU, waits and I/O are not measured: {}",
+                    crate::output::one_line(&e)
+                );
                 None
             }
         }

@@ -207,7 +207,10 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
             }
         }
         // The command keeps running; its exit status is still ours.
-        Err(e) => eprintln!("plumber-probe: recording failed: {e:#}"),
+        Err(e) => eprintln!(
+            "plumber-probe: recording failed: {}",
+            crate::output::one_line(&e)
+        ),
     }
     // A terminal's Ctrl-C (SIGINT) reached the whole process group, the
     // command included; a SIGTERM or SIGHUP sent to us alone would leave

@@ -12,11 +12,12 @@ use thiserror::Error;
 pub enum TargetError {
     #[error("no process with PID {0} (check the PID; inside a container use the PID as the host sees it)")]
     NoSuchProcess(i32),
-    #[error("cannot read /proc/{pid}/{what}: {source} (run as root: sudo plumber-probe ..., or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE)")]
+    #[error("cannot read /proc/{pid}/{what}: {source} ({hint})")]
     Permission {
         pid: i32,
         what: &'static str,
         source: std::io::Error,
+        hint: &'static str,
     },
     #[error("reading /proc/{pid}/{what}: {source}")]
     Io {
@@ -58,6 +59,18 @@ pub struct Target {
 pub const FRAMEWORK_LIB: &str = "libtensorflow_framework.so.2";
 pub const CC_LIB: &str = "libtensorflow_cc.so.2";
 
+/// What to do about a refused /proc read. Root can be refused too (a
+/// sandbox's init here, a process of another user namespace, a security
+/// module's policy), and "run as root" would then send the user in a
+/// circle.
+fn permission_hint(root: bool) -> &'static str {
+    if root {
+        "refused even to root: another user namespace or a security module such as SELinux or AppArmor protects the process; attach from where its owner could, or start the job under the shim: plumber-probe run -- CMD"
+    } else {
+        "run as root: sudo plumber-probe ..., or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE"
+    }
+}
+
 fn io_err(pid: i32, what: &'static str, e: std::io::Error) -> TargetError {
     match e.kind() {
         std::io::ErrorKind::NotFound => TargetError::NoSuchProcess(pid),
@@ -65,6 +78,7 @@ fn io_err(pid: i32, what: &'static str, e: std::io::Error) -> TargetError {
             pid,
             what,
             source: e,
+            hint: permission_hint(nix::unistd::geteuid().is_root()),
         },
         _ => TargetError::Io {
             pid,
@@ -224,6 +238,20 @@ fn tensorflow_version(framework: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_refused_is_not_told_to_run_as_root() {
+        let refused = |root| TargetError::Permission {
+            pid: 1,
+            what: "maps",
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            hint: permission_hint(root),
+        };
+        let as_root = refused(true).to_string();
+        assert!(!as_root.contains("sudo"), "{as_root}");
+        assert!(as_root.contains("plumber-probe run -- CMD"), "{as_root}");
+        assert!(refused(false).to_string().contains("sudo plumber-probe"));
+    }
 
     #[test]
     fn stat_state_handles_odd_comm() {
