@@ -121,10 +121,15 @@ fn bad_stats_files_exit_2_with_one_line() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
         assert!(err.starts_with("plumber-probe: "), "{name}: {err}");
+        // Which file, said once.
+        assert_eq!(err.matches(&format!("{name}.pb")).count(), 1, "{err}");
     }
     let o = probe(&["analyze", d.join("missing.pb").to_str().expect("utf8")]);
     assert_ne!(o.status.code(), Some(0));
-    assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1);
+    // The cause once, not again after the path's message.
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
 }
 
 #[test]
