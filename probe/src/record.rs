@@ -280,20 +280,27 @@ impl Progress {
         } else {
             Duration::from_secs(5)
         };
+        let now = Instant::now();
+        // The rate's first reading is taken at the first poll that sees the
+        // root, not at the first line printed, which would show 0.
+        if self.last_root.is_none() {
+            self.last_root = root_elements.map(|n| (now, n));
+        }
         if self.quiet || self.last.elapsed() < every {
             return;
         }
-        let now = Instant::now();
         let rate = match (self.last_root, root_elements) {
-            (Some((t, n0)), Some(n1)) => {
-                (n1 - n0) as f64 / now.duration_since(t).as_secs_f64().max(1e-9)
+            // A new iterator restarts the count: no rate for that line.
+            (Some((t, n0)), Some(n1)) if now > t && n1 >= n0 => {
+                Some((n1 - n0) as f64 / now.duration_since(t).as_secs_f64())
             }
-            _ => 0.0,
+            _ => None,
         };
         self.last_root = root_elements.map(|n| (now, n));
         self.last = now;
         let of = total.map(|t| format!("/{t:.0}s")).unwrap_or_default();
-        let line = format!("recording {elapsed:5.1}s{of}  root {rate:9.1} elements/s");
+        let rate = rate.map_or_else(|| format!("{:>9}", "-"), |r| format!("{r:9.1}"));
+        let line = format!("recording {elapsed:5.1}s{of}  root {rate} elements/s");
         let mut err = std::io::stderr();
         let _ = if self.tty {
             write!(err, "\r{line}   ")
