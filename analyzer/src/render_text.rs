@@ -207,6 +207,11 @@ pub fn render_text(r: &Report) -> String {
             let _ = writeln!(s, "  - {n}");
         }
     }
+    let missing = plumber_collector::report::not_measured_note(&r.measured.not_measured);
+    if !missing.is_empty() {
+        let _ = writeln!(s);
+        s.push_str(&missing);
+    }
     s
 }
 

@@ -31,6 +31,8 @@ pub struct MeasuredSummary {
     pub threads: Vec<ReportThread>,
     #[serde(default)]
     pub lock_sites: Vec<ReportLockSite>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
 }
 
 impl MeasuredSummary {
@@ -47,6 +49,7 @@ impl MeasuredSummary {
                 files: m.files,
                 threads: m.threads,
                 lock_sites: m.lock_sites,
+                not_measured: m.not_measured,
             },
             m.nodes,
         )

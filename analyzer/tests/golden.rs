@@ -334,3 +334,24 @@ fn write_outputs_writes_four_files() {
     assert_eq!(leftovers, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn not_measured_closes_the_report_text_and_is_in_report_json() {
+    let mut s = common::worked_example().snapshot();
+    let full = analyze(&s, &MachineOverrides::default()).expect("analyze");
+    assert!(!render_text(full.report_ref()).contains("NOT MEASURED"));
+    s.probe_info
+        .get_or_insert_with(Default::default)
+        .not_measured = vec!["lock waits".to_string()];
+    let a = analyze(&s, &MachineOverrides::default()).expect("analyze");
+    let text = render_text(a.report_ref());
+    assert!(
+        text.ends_with(
+            "NOT MEASURED by this recording (a 0 there means unknown, not none)\n  - lock waits\n"
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&render_json(&a).expect("json")).expect("parses");
+    assert_eq!(json["not_measured"], serde_json::json!(["lock waits"]));
+}

@@ -85,6 +85,10 @@ pub struct TargetInfo {
     pub num_cores: i64,
     pub memory_total: i64,
     pub memory_free: i64,
+    /// Measurements this source does not make (the shim's limits): their
+    /// zeros mean "not measured". Empty for `--pid` mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
 }
 
 /// Lost events or rejected objects, with a short name of what was lost.

@@ -130,6 +130,28 @@ pub struct MeasuredReport {
     /// Blocking call sites, longest total wait first.
     #[serde(default)]
     pub lock_sites: Vec<ReportLockSite>,
+    /// Measurements the recording's source does not make (`plumber-probe
+    /// run`): their fields read 0 for "not measured". Absent when every
+    /// one is made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
+}
+
+/// The report text's note on what was not measured (empty when nothing
+/// is missing), said where the numbers are read so that an absent
+/// measurement is not taken for a zero.
+pub fn not_measured_note(not_measured: &[String]) -> String {
+    if not_measured.is_empty() {
+        return String::new();
+    }
+    let mut s =
+        String::from("NOT MEASURED by this recording (a 0 there means unknown, not none)\n");
+    for m in not_measured {
+        s.push_str("  - ");
+        s.push_str(m);
+        s.push('\n');
+    }
+    s
 }
 
 fn cpu_ns(s: &OpStats) -> i64 {
@@ -273,5 +295,6 @@ pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
                 wait_ns: l.wait_ns,
             })
             .collect(),
+        not_measured: probe.not_measured,
     }
 }

@@ -349,6 +349,7 @@ pub fn build_snapshot(w: &WindowResult) -> PipelineSnapshot {
             libraries: target.libraries,
             partial: w.partial(),
             tool_version: env!("CARGO_PKG_VERSION").to_string(),
+            not_measured: target.not_measured,
         }),
         probe_drops: w
             .drops

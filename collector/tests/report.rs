@@ -138,3 +138,42 @@ fn measured_from_an_empty_snapshot_does_not_panic() {
     let r = measured(&PipelineSnapshot::default());
     assert!(r.nodes.is_empty());
 }
+
+#[test]
+fn not_measured_travels_from_the_source_to_stats_pb_and_report_json() {
+    use plumber_collector::event::Event;
+    use plumber_collector::report::not_measured_note;
+    use prost::Message;
+
+    let missing = vec!["lock waits".to_string(), "wait call sites".to_string()];
+    let events: Vec<Event> = flatmap_events()
+        .into_iter()
+        .map(|e| match e {
+            Event::Target(mut t) => {
+                t.not_measured = missing.clone();
+                Event::Target(t)
+            }
+            e => e,
+        })
+        .collect();
+    let got = collect(events).unwrap();
+    // Through the stats.pb bytes, as `analyze` reads it.
+    let back = PipelineSnapshot::decode(got.snapshot.encode_to_vec().as_slice()).unwrap();
+    assert_eq!(back.probe_info.unwrap().not_measured, missing);
+    let r = measured(&got.snapshot);
+    assert_eq!(r.not_measured, missing);
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["not_measured"][0], "lock waits");
+    let note = not_measured_note(&r.not_measured);
+    assert!(note.starts_with("NOT MEASURED"));
+    assert!(note.contains("  - wait call sites\n"));
+
+    // `--pid` mode measures everything: no key, no note.
+    let full = collect(flatmap_events()).unwrap().report();
+    assert!(full.not_measured.is_empty());
+    assert!(serde_json::to_value(&full)
+        .unwrap()
+        .get("not_measured")
+        .is_none());
+    assert_eq!(not_measured_note(&full.not_measured), "");
+}

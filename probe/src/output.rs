@@ -156,9 +156,16 @@ pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collect
         Err(e) => {
             // Still a useful recording: keep the measured report.
             warn!("no analysis of this recording: {e}");
-            let report = serde_json::to_string_pretty(&collected.report())?;
-            write_atomic(&out.join("report.json"), report.as_bytes())?;
-            None
+            let report = collected.report();
+            write_atomic(
+                &out.join("report.json"),
+                serde_json::to_string_pretty(&report)?.as_bytes(),
+            )?;
+            // The analysis text says it otherwise.
+            Some(plumber_collector::report::not_measured_note(
+                &report.not_measured,
+            ))
+            .filter(|n| !n.is_empty())
         }
     };
     println!("{}", collected.table());

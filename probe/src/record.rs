@@ -252,6 +252,7 @@ pub(crate) fn target_info(t: &Target, mode: &str) -> TargetInfo {
             .unwrap_or(1),
         memory_total: kb("MemTotal:"),
         memory_free: kb("MemAvailable:"),
+        not_measured: Vec::new(),
     }
 }
 

@@ -50,8 +50,9 @@ pub struct RunOpts {
     pub output: PathBuf,
 }
 
-/// Measurements `--pid` mode makes that the shim does not (yet): said in
-/// the output, so an absent number is not read as zero.
+/// Measurements `--pid` mode makes that the shim does not (yet): carried in
+/// stats.pb and report.json (`not_measured`) and said in the report text,
+/// so an absent number is not read as zero.
 const NOT_MEASURED: &[&str] = &[
     "absl lock and condition-variable waits, other futex waits",
     "call sites of waits (no stacks)",
@@ -251,23 +252,6 @@ impl Recording {
     fn write(self, out: &Path) -> Result<()> {
         let collected = self.sink.finish()?;
         output::write_collected(out, &collected)?;
-        // Said where the numbers are read, so an absent measurement is not
-        // taken for a zero. (report.json is rebuilt from stats.pb alone,
-        // which has no place for it.)
-        let note = format!(
-            "\nNOT MEASURED (plumber-probe run, no root)\n{}\n",
-            NOT_MEASURED
-                .iter()
-                .map(|m| format!("  - {m}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let txt = out.join("report.txt");
-        if let Ok(mut t) = std::fs::read_to_string(&txt) {
-            t.push_str(&note);
-            output::write_atomic(&txt, t.as_bytes())?;
-        }
-        print!("{note}");
         println!(
             "mode: model (LD_PRELOAD shim) | window {:.1} s | time to first data {:.2} s{}",
             collected.window.duration_ns() as f64 / 1e9,
@@ -351,8 +335,9 @@ fn record_child(
         time_to_first_data: 0.0,
         cache_hit,
     };
-    rec.sink
-        .push(Event::Target(record::target_info(&target, "model")))?;
+    let mut info = record::target_info(&target, "model");
+    info.not_measured = NOT_MEASURED.iter().map(|m| m.to_string()).collect();
+    rec.sink.push(Event::Target(info))?;
     match ctx.poll_loop(&target, &derived, &layout, child, &mut rec, started)? {
         true => Ok(Some(rec)),
         false => Ok(None),

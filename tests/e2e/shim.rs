@@ -159,6 +159,13 @@ fn run_unprivileged_counts_match_ground_truth() {
     let probe = s.probe_info.as_ref().expect("probe_info");
     assert_eq!(probe.mode, "model");
     assert!(!probe.partial, "5 s of an 8 s run is not partial");
+    // What the shim does not measure travels with the numbers, so that its
+    // zeros (lock waits, ...) are not read as "none".
+    assert!(
+        probe.not_measured.iter().any(|m| m.contains("lock")),
+        "{:?}",
+        probe.not_measured
+    );
     let l = lines(&o);
     let g = Graph::of(&s);
     for (op, key) in [
@@ -177,6 +184,12 @@ fn run_unprivileged_counts_match_ground_truth() {
         assert_close(&format!("shim {op} elements"), got as f64, want, 0.01);
     }
     let r = report(&out);
+    assert_eq!(
+        r["not_measured"].as_array().map(Vec::len),
+        Some(probe.not_measured.len())
+    );
+    let txt = std::fs::read_to_string(out.join("report.txt")).expect("report.txt");
+    assert!(txt.contains("NOT MEASURED"), "{txt}");
 
     // CPU split at record_stop: the decode/resize map carries the bulk.
     let map_cpu = num(node(&r, "ParallelMapV2"), "cpu_ns");

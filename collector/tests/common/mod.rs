@@ -112,6 +112,7 @@ pub fn target() -> Event {
         num_cores: 16,
         memory_total: 64 << 30,
         memory_free: 32 << 30,
+        not_measured: Vec::new(),
     })
 }
 
