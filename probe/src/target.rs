@@ -60,7 +60,7 @@ pub const FRAMEWORK_LIB: &str = "libtensorflow_framework.so.2";
 pub const CC_LIB: &str = "libtensorflow_cc.so.2";
 
 /// What to do about a refused /proc read. Root can be refused too (a
-/// sandbox's init here, a process of another user namespace, a security
+/// Firecracker VM's init, a process of another user namespace, a security
 /// module's policy), and "run as root" would then send the user in a
 /// circle.
 fn permission_hint(root: bool) -> &'static str {
