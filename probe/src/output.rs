@@ -56,6 +56,12 @@ pub fn is_usage_error(e: &anyhow::Error) -> bool {
 }
 
 pub fn prepare_dir(dir: &Path) -> Result<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(usage(format!(
+            "--output {} is a file, not a directory: name a directory (it is created if needed)",
+            dir.display()
+        )));
+    }
     fs::create_dir_all(dir)
         .with_context(|| format!("creating output directory {}", dir.display()))?;
     // Fail now, not after a 30 s recording.
@@ -223,13 +229,16 @@ pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
         disk_bandwidth: a.disk_bandwidth,
     };
     let analysis = plumber_analyzer::analyze(&snapshot, &overrides)?;
+    // A bad --output fails before anything is printed.
+    if let Some(dir) = &a.output {
+        prepare_dir(dir)?;
+    }
     if a.json {
         println!("{}", plumber_analyzer::render_json(&analysis)?);
     } else {
         println!("{}", plumber_analyzer::render_text(analysis.report_ref()));
     }
     if let Some(dir) = &a.output {
-        prepare_dir(dir)?;
         plumber_analyzer::write_outputs(dir, &analysis)?;
     }
     Ok(ExitCode::SUCCESS)

@@ -140,3 +140,23 @@ fn argument_errors_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(probe(&["--help"]).status.success());
 }
+
+#[test]
+fn output_that_is_a_file_exits_2_naming_it() {
+    let d = tmp("outfile");
+    let stats = d.join("stats.pb");
+    std::fs::write(&stats, worked_example()).expect("write");
+    let not_dir = d.join("report");
+    std::fs::write(&not_dir, b"").expect("write");
+    let o = probe(&[
+        "analyze",
+        stats.to_str().expect("utf8"),
+        "--output",
+        not_dir.to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("is a file, not a directory"), "{err}");
+    assert!(o.stdout.is_empty(), "no report before the error");
+}
