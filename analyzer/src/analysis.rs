@@ -177,8 +177,8 @@ fn bottleneck(m: &Model, base: &Evaluation) -> Option<Bottleneck> {
             Some(make(reader, Limit::Io, "disk", why))
         }
         Limiter::Cores => {
-            let (u, theta) = base
-                .theta
+            let (u, cores) = base
+                .cores
                 .iter()
                 .copied()
                 .max_by(|a, b| a.1.total_cmp(&b.1))?;
@@ -187,7 +187,7 @@ fn bottleneck(m: &Model, base: &Evaluation) -> Option<Bottleneck> {
                 fmt::count(m.machine.cores),
                 fmt::rate(opt(base.rate)),
                 m.nodes[u].name,
-                fmt::num(theta)
+                fmt::num(cores)
             );
             Some(make(u, Limit::Cpu, "cores", why))
         }
@@ -234,14 +234,14 @@ fn build_report(
     };
     let rounded_rate = m.evaluate(&rounded).cpu_rate;
     let mut lp_cores: Vec<Option<f64>> = vec![None; m.nodes.len()];
-    for (&u, &th) in items.iter().zip(&sol.theta) {
-        lp_cores[u] = Some(fin(th));
+    for (&u, &c) in items.iter().zip(&sol.cores) {
+        lp_cores[u] = Some(fin(c));
     }
     // Collected (sorted, then built in bulk) rather than inserted one by one.
     let allocation: BTreeMap<String, f64> = items
         .iter()
-        .zip(&sol.theta)
-        .map(|(&u, &th)| (m.nodes[u].name.clone(), fin(th)))
+        .zip(&sol.cores)
+        .map(|(&u, &c)| (m.nodes[u].name.clone(), fin(c)))
         .collect();
     let lp = LpReport {
         rate: opt(sol.rate),

@@ -1,19 +1,23 @@
 //! Plumber's core-allocation LP (plumber-model.md §4), solved exactly:
 //!
 //! ```text
-//!   maximise X  s.t.  X ≤ f_i(θ_i),  Σ θ_i ≤ B,  0 ≤ θ_i ≤ cap_i
+//!   maximise X  s.t.  X ≤ f_i(θ_i),  Σ X/c_i ≤ B,  0 ≤ θ_i ≤ cap_i
 //! ```
 //!
-//! with f_i(θ) = r_i·θ (Plumber's linear scaling) or the Amdahl curve of
-//! [`crate::amdahl`] for ops that wait on a lock or the GIL. Every f_i is
-//! increasing and concave, so the optimum gives each op the least θ_i that
-//! reaches X — θ_i = f_i⁻¹(X) — and X* is the largest X with
-//! f_i(cap_i) ≥ X for all i and Σ f_i⁻¹(X) ≤ B:
+//! θ_i is op i's threads and f_i(θ) its rate on them: r_i·θ (Plumber's
+//! linear scaling) or the Amdahl curve of [`crate::amdahl`] for an op that
+//! waits on a lock or the GIL. The budget counts CPU, not threads: op i
+//! needs X/c_i cores at rate X, c_i being its root elements per CPU-second.
+//! For an op that does not wait, c_i = r_i and its cores are its threads
+//! (Plumber's LP exactly); a thread that waits for a lock or the GIL
+//! sleeps, so an op that waits needs fewer cores than threads. Charging it
+//! a core a thread told a 2-core machine running a GIL-bound `py_function`
+//! at half its CPU that "all cores are in use".
 //!
-//! * if Σ f_i⁻¹(min_i f_i(cap_i)) ≤ B, a cap binds: X* = min_i f_i(cap_i);
-//! * otherwise the budget binds: with linear f_i, X* = B / Σ 1/r_i (the
-//!   closed form); with Amdahl terms the monotone equation Σ f_i⁻¹(X) = B is
-//!   solved by bisection to machine precision.
+//! Every f_i is increasing, so the optimum gives each op the least θ_i
+//! that reaches X — θ_i = f_i⁻¹(X) — and X* = min(min_i f_i(cap_i),
+//! B / Σ 1/c_i): a cap binds when its rate fits the budget, else the
+//! budget (closed form).
 //!
 //! Ops with zero CPU time have an infinite rate and are left out by the
 //! caller (Plumber lets them force X* = 0, §8.2).
@@ -23,8 +27,12 @@ use crate::guard::positive;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LpItem {
-    /// Per-core (per-thread) rate r_i, root elements/s.
+    /// Per-thread rate r_i, root elements/s: one thread's rate, its waits
+    /// included.
     pub rate_per_core: f64,
+    /// Root elements per CPU-second c_i (≥ r_i; = r_i for an op that does
+    /// not wait): what one core of the budget buys.
+    pub cpu_rate: f64,
     /// Amdahl serial share σ_i (0 = linear).
     pub serial_share: f64,
     /// Most cores/threads the op may get.
@@ -46,8 +54,10 @@ pub enum Binding {
 pub struct LpSolution {
     /// X*, root elements/s (infinite when unbounded).
     pub rate: f64,
-    /// θ_i, cores per item.
+    /// θ_i, threads per item.
     pub theta: Vec<f64>,
+    /// Cores per item at X* (X*/c_i; θ_i for an op that does not wait).
+    pub cores: Vec<f64>,
     pub binding: Binding,
 }
 
@@ -68,10 +78,26 @@ impl LpItem {
         } else {
             0.0
         };
+        // An op never needs more cores than threads (c_i ≥ r_i).
+        let cpu = if self.cpu_rate.is_finite() && self.cpu_rate > 0.0 {
+            self.cpu_rate.max(r)
+        } else {
+            r
+        };
         LpItem {
             rate_per_core: r,
+            cpu_rate: cpu,
             serial_share: s,
             cap: c,
+        }
+    }
+
+    /// Cores the op needs at rate `x`.
+    pub fn cores_at(&self, x: f64) -> f64 {
+        if self.cpu_rate > 0.0 {
+            x / self.cpu_rate
+        } else {
+            f64::INFINITY
         }
     }
 
@@ -93,6 +119,7 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
         return LpSolution {
             rate: f64::INFINITY,
             theta: Vec::new(),
+            cores: Vec::new(),
             binding: Binding::Unbounded,
         };
     }
@@ -110,18 +137,16 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
             arg = i;
         }
     }
-    let total = |x: f64| items.iter().map(|it| it.need(x)).sum::<f64>();
+    let cores = |x: f64| items.iter().map(|it| it.cores_at(x)).sum::<f64>();
     let (rate, binding) = if !positive(x_cap) {
         (0.0, Binding::Cap(arg))
-    } else if total(x_cap) <= budget * (1.0 + 1e-12) {
+    } else if cores(x_cap) <= budget * (1.0 + 1e-12) {
         (x_cap, Binding::Cap(arg))
-    } else if items.iter().all(|it| it.serial_share == 0.0) {
-        // Closed form: X = B / Σ 1/r_i. It lies below x_cap because the
-        // caps did not fit the budget.
-        let inv: f64 = items.iter().map(|it| 1.0 / it.rate_per_core).sum();
-        ((budget / inv).min(x_cap), Binding::Budget)
     } else {
-        (bisect(&total, budget, x_cap), Binding::Budget)
+        // Closed form: X = B / Σ 1/c_i. It lies below x_cap because the
+        // caps did not fit the budget.
+        let inv: f64 = items.iter().map(|it| 1.0 / it.cpu_rate).sum();
+        ((budget / inv).min(x_cap), Binding::Budget)
     };
     let theta = items
         .iter()
@@ -134,28 +159,23 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
             }
         })
         .collect();
+    let cores = items
+        .iter()
+        .map(|it| {
+            let c = it.cores_at(rate);
+            if c.is_finite() {
+                c
+            } else {
+                0.0
+            }
+        })
+        .collect();
     LpSolution {
         rate,
         theta,
+        cores,
         binding,
     }
-}
-
-/// Largest x in [0, hi] with total(x) ≤ budget (total increasing).
-fn bisect(total: &dyn Fn(f64) -> f64, budget: f64, hi: f64) -> f64 {
-    let (mut lo, mut hi) = (0.0_f64, hi);
-    for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if mid <= lo || mid >= hi {
-            break;
-        }
-        if total(mid) <= budget {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
 }
 
 /// Integer parallelism for a fractional allocation: Plumber's optimizer
@@ -180,6 +200,7 @@ mod tests {
     fn lin(r: f64, cap: f64) -> LpItem {
         LpItem {
             rate_per_core: r,
+            cpu_rate: r,
             serial_share: 0.0,
             cap,
         }
@@ -230,18 +251,38 @@ mod tests {
     }
 
     #[test]
-    fn amdahl_items_use_bisection() {
+    fn a_waiting_op_is_charged_its_cpu_not_its_threads() {
+        // The py_function map of tests/workloads on 2 cores: two threads
+        // that wait on the GIL (σ = 0.77) reach 1.13 threads' worth and
+        // burn 1.13 cores; the GIL, not the cores, bounds it.
         let items = [
             LpItem {
-                rate_per_core: 6.25,
-                serial_share: 0.4,
-                cap: 16.0,
+                rate_per_core: 186.0,
+                cpu_rate: 186.0,
+                serial_share: 0.77,
+                cap: 2.0,
             },
-            lin(100.0, 16.0),
+            lin(8000.0, 1.0),
         ];
-        let s = solve(&items, 4.0);
-        let used: f64 = s.theta.iter().sum();
-        assert!((used - 4.0).abs() < 1e-9);
-        assert!((items[0].rate_at(s.theta[0]) - s.rate).abs() < 1e-9);
+        let s = solve(&items, 2.0);
+        assert_eq!(s.binding, Binding::Cap(0));
+        let x = 186.0 * 2.0 / 1.77;
+        assert!((s.rate - x).abs() < 1e-9, "{}", s.rate);
+        assert!((s.theta[0] - 2.0).abs() < 1e-9);
+        assert!((s.cores[0] - 2.0 / 1.77).abs() < 1e-9);
+        assert!((s.cores[1] - x / 8000.0).abs() < 1e-12);
+
+        // A single thread that waits: its rate per thread is below its
+        // rate per CPU-second, and the budget counts the latter.
+        let one = LpItem {
+            rate_per_core: 50.0,
+            cpu_rate: 100.0,
+            serial_share: 0.5,
+            cap: 8.0,
+        };
+        let s = solve(&[one, lin(100.0, 8.0)], 1.0);
+        assert_eq!(s.binding, Binding::Budget);
+        assert!((s.rate - 50.0).abs() < 1e-9, "{}", s.rate);
+        assert!((s.cores[0] - 0.5).abs() < 1e-9 && (s.theta[0] - 1.0).abs() < 1e-9);
     }
 }

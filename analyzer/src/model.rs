@@ -156,8 +156,8 @@ pub(crate) struct Evaluation {
     pub rate: f64,
     pub limiter: Limiter,
     pub cpu_rate: f64,
-    /// (node, θ) of the CPU allocation at that rate.
-    pub theta: Vec<(usize, f64)>,
+    /// (node, cores) of the CPU allocation at that rate.
+    pub cores: Vec<(usize, f64)>,
     pub p_eff: Vec<f64>,
 }
 
@@ -645,9 +645,11 @@ impl Model {
             .collect()
     }
 
-    /// The most cores/threads the LP may give an op: the core count for ops
-    /// that take parallelism; past the useful point for an op that waits
-    /// (it never gets parallelism that cannot help); one core otherwise.
+    /// The most threads the LP may give an op: the core count for ops that
+    /// take parallelism; for an op that waits, the useful point (it never
+    /// gets parallelism that cannot help) or its current parallelism, not
+    /// bounded by the cores (its threads sleep while they wait, and the
+    /// LP's budget counts the CPU they use); one thread otherwise.
     pub fn lp_cap(&self, u: usize, sc: &Scenario, p_eff: &[f64]) -> f64 {
         let n = &self.nodes[u];
         let cores = self.machine.cores.max(1.0);
@@ -656,9 +658,7 @@ impl Model {
         }
         let sigma = self.sigma(u, sc);
         if sigma > 0.0 {
-            amdahl::useful_parallelism(sigma)
-                .max(p_eff[u])
-                .clamp(1.0, cores)
+            amdahl::useful_parallelism(sigma).max(p_eff[u]).max(1.0)
         } else {
             cores
         }
@@ -671,6 +671,8 @@ impl Model {
             .iter()
             .map(|&u| LpItem {
                 rate_per_core: self.r_eff(u, sc),
+                // Per CPU-second: what the op's threads do while on a core.
+                cpu_rate: self.nodes[u].r1.unwrap_or(0.0),
                 serial_share: self.sigma(u, sc),
                 cap: cap(u),
             })
@@ -775,10 +777,10 @@ impl Model {
             rate,
             limiter,
             cpu_rate: sol.rate,
-            theta: active
+            cores: active
                 .iter()
                 .copied()
-                .zip(sol.theta.iter().copied())
+                .zip(sol.cores.iter().copied())
                 .collect(),
             p_eff,
         }

@@ -280,20 +280,24 @@ fn op_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move,
             f64::INFINITY
         };
         let useful = amdahl::useful_parallelism(n.sigma);
+        let past = if useful <= 1.0 {
+            "a second thread adds".to_string()
+        } else {
+            format!("past {} threads another adds", fmt::count(useful))
+        };
         let fix = if limit == Limit::Gil {
             "move the Python code out of the GIL (TensorFlow ops instead of tf.py_function/tf.numpy_function, or vectorise it)"
         } else {
             "remove the shared state the threads serialise on (a stateful op, a shared generator or resource)"
         };
         let why = format!(
-            "{}'s threads wait on {what} {} of their time: serial share σ = {} (Karp–Flatt at {} threads), so S(p) = p/(1+σ(p−1)) caps its speedup at {}× ({} at any parallelism) and past {} threads another adds < 10% — more parallelism cannot help; {fix}, then it scales with its threads",
+            "{}'s threads wait on {what} {} of their time: serial share σ = {} (Karp–Flatt at {} threads), so S(p) = p/(1+σ(p−1)) caps its speedup at {}× ({} at any parallelism) and {past} < 10% — more parallelism cannot help; {fix}, then it scales with its threads",
             n.name,
             fmt::pct(share),
             fmt::num(n.sigma),
             fmt::count(ev.p_eff[u]),
             fmt::num(1.0 / n.sigma.max(1e-12)),
             fmt::rate(rate_opt(ceiling)),
-            fmt::count(useful),
         );
         return Some((
             Move::Wait { node: u },
@@ -319,11 +323,17 @@ fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Opti
     if f64::from(v) <= cur + 1e-9 {
         return None;
     }
-    let theta = items
+    let (theta, cores) = items
         .iter()
         .position(|&i| i == u)
-        .map(|i| sol.theta[i])
-        .unwrap_or(0.0);
+        .map(|i| (sol.theta[i], sol.cores[i]))
+        .unwrap_or((0.0, 0.0));
+    // Threads that wait sleep: they take fewer cores than there are of them.
+    let given = if (theta - cores).abs() > 1e-9 * theta.max(1.0) {
+        format!("{} threads on {} cores", fmt::num(theta), fmt::num(cores))
+    } else {
+        format!("{} cores", fmt::num(theta))
+    };
     let r1 = n.r1.unwrap_or(0.0);
     let inside = if k != u {
         format!(" (it runs inside {}'s function)", m.nodes[k].name)
@@ -345,14 +355,13 @@ fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Opti
         String::new()
     };
     let why = format!(
-        "{}{inside} bounds the pipeline at {} on CPU: {} per core × {} thread(s); the LP over {} cores reaches {} giving it {} cores{cap} ⇒ set {} of {} to {v} (from {})",
+        "{}{inside} bounds the pipeline at {} on CPU: {} per core × {} thread(s); the LP over {} cores reaches {} giving it {given}{cap} ⇒ set {} of {} to {v} (from {})",
         n.name,
         fmt::rate(rate_opt(ev.rate)),
         fmt::rate(Some(r1)),
         fmt::count(ev.p_eff[u]),
         fmt::count(m.machine.cores),
         fmt::rate(rate_opt(sol.rate)),
-        fmt::num(theta),
         ops::knob_hint(&m.nodes[k].op),
         m.nodes[k].name,
         if ops::is_parallel(&m.nodes[k].op) || cur > 1.0 {

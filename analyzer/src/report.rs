@@ -138,7 +138,8 @@ pub struct LpReport {
     pub cores: f64,
     /// `cores` (the budget binds) or `cap:NODE` (that op's cap binds).
     pub binding: String,
-    /// Node name -> cores θ.
+    /// Node name -> cores at the LP rate (threads θ for an op that does
+    /// not wait; fewer for one whose threads wait).
     pub allocation: BTreeMap<String, f64>,
     /// Knob node -> integer parallelism (θ rounded up), for ops that take
     /// parallelism.

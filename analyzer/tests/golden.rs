@@ -299,6 +299,38 @@ fn gil_bound() {
 }
 
 #[test]
+fn gil_bound_threads_that_wait_take_no_core() {
+    // The same map on 3 cores: its 8 threads wait 75% of their time, so at
+    // 12.5/s they burn 2 cores (the other ops 0.19), not 8. The GIL bounds
+    // it; charging a core a thread made it "all 3 cores in use".
+    let cores = MachineOverrides {
+        cores: Some(3.0),
+        ..Default::default()
+    };
+    let a = analyze_input(common::gil_input(), &cores).expect("analyze");
+    let r = a.report_ref();
+    let b = r.bottleneck.as_ref().expect("bottleneck");
+    assert_eq!(
+        (b.name.as_str(), b.reason.as_str()),
+        ("ParallelMapDatasetV2/_5", "gil")
+    );
+    assert_close(b.rate, 12.5, 1e-9);
+    assert_eq!(r.lp.binding, "cap:ParallelMapDatasetV2/_5");
+    assert_close(
+        r.lp.allocation.get("ParallelMapDatasetV2/_5").copied(),
+        2.0,
+        1e-9,
+    );
+    let first = &r.recommendations[0];
+    assert_eq!(
+        (first.kind.as_str(), first.node.as_str()),
+        ("gil", "ParallelMapDatasetV2/_5")
+    );
+    // Without the wait, the 3 cores bind: 3 / Σ 1/R1 (0.1755 s a root element).
+    assert_close(first.predicted_rate, 3.0 / 0.1755, 1e-9);
+}
+
+#[test]
 fn render_all_matches_each_renderer() {
     let a = analyze(&common::io_bound().snapshot(), &MachineOverrides::default()).expect("analyze");
     let out = plumber_analyzer::render_all(&a).expect("render");

@@ -5,41 +5,57 @@
 use plumber_analyzer::solver::{round_up, solve, Binding, LpItem};
 use proptest::prelude::*;
 
+/// An op that waits (σ > 0) runs its threads at part of a core: its rate
+/// per CPU-second is above its rate per thread.
 fn item() -> impl Strategy<Value = LpItem> {
     (
         0.5f64..500.0,
         prop_oneof![3 => Just(0.0), 1 => 0.0f64..0.9],
         prop_oneof![Just(1.0), 1.0f64..12.0],
+        1.0f64..3.0,
     )
-        .prop_map(|(r, s, cap)| LpItem {
+        .prop_map(|(r, s, cap, k)| LpItem {
             rate_per_core: r,
+            cpu_rate: if s > 0.0 { r * k } else { r },
             serial_share: s,
             cap,
         })
 }
 
-/// max over a grid of min_i f_i(θ_i), Σθ ≤ budget, θ_i ≤ cap_i: every item
-/// but the last on the grid, the last one takes what is left.
+/// max over a grid of min_i f_i(θ_i), θ_i ≤ cap_i, where each op at θ_i
+/// threads runs flat out and so burns f_i(θ_i)/c_i cores, Σ ≤ budget:
+/// every item but the last on the grid, the last one takes what is left.
 fn brute(items: &[LpItem], budget: f64, steps: usize) -> f64 {
     fn go(items: &[LpItem], i: usize, left: f64, cur_min: f64, steps: usize) -> f64 {
         let it = &items[i];
         if i + 1 == items.len() {
-            let theta = left.min(it.cap).max(0.0);
-            return cur_min.min(it.rate_at(theta));
+            return cur_min
+                .min(it.rate_at(it.cap))
+                .min(left.max(0.0) * it.cpu_rate);
         }
-        let hi = left.min(it.cap);
         let mut best = 0.0f64;
+        let hi = grid_top(it, left);
         for k in 0..=steps {
-            let theta = hi * k as f64 / steps as f64;
-            let m = cur_min.min(it.rate_at(theta));
+            let x = it.rate_at(hi * k as f64 / steps as f64);
+            let cost = x / it.cpu_rate;
+            if cost > left {
+                break;
+            }
+            let m = cur_min.min(x);
             if m <= best {
                 continue;
             }
-            best = best.max(go(items, i + 1, left - theta, m, steps));
+            best = best.max(go(items, i + 1, left - cost, m, steps));
         }
         best
     }
     go(items, 0, budget, f64::INFINITY, steps)
+}
+
+/// The most threads worth trying with `cores` left: up to the cap, and no
+/// further than those cores pay for.
+fn grid_top(it: &LpItem, cores: f64) -> f64 {
+    it.cap.min(it.need(cores.max(0.0) * it.cpu_rate))
 }
 
 proptest! {
@@ -49,19 +65,26 @@ proptest! {
     fn lp_matches_brute_force(items in prop::collection::vec(item(), 1..=4), budget in 0.25f64..16.0) {
         let sol = solve(&items, budget);
         // Feasible, and it reaches its rate.
-        let used: f64 = sol.theta.iter().sum();
+        let used: f64 = sol.cores.iter().sum();
         prop_assert!(used <= budget * (1.0 + 1e-9) + 1e-12, "uses {used} of {budget}");
-        for (it, &t) in items.iter().zip(&sol.theta) {
+        for ((it, &t), &c) in items.iter().zip(&sol.theta).zip(&sol.cores) {
             prop_assert!(t >= 0.0 && t <= it.cap * (1.0 + 1e-12));
             prop_assert!(it.rate_at(t) >= sol.rate * (1.0 - 1e-9), "item below the rate");
+            // Never more cores than threads; as many for an op that does not wait.
+            prop_assert!(c <= t * (1.0 + 1e-9) + 1e-12, "{c} cores on {t} threads");
+            if it.serial_share == 0.0 && it.cpu_rate == it.rate_per_core {
+                prop_assert!((c - t).abs() <= 1e-9 * t.max(1.0));
+            }
         }
         // Nothing on the grid beats it, and the grid gets close.
         let steps = if items.len() <= 2 { 400 } else if items.len() == 3 { 120 } else { 40 };
         let b = brute(&items, budget, steps);
         prop_assert!(b <= sol.rate * (1.0 + 1e-9), "grid {b} beats LP {}", sol.rate);
-        let max_r = items.iter().map(|i| i.rate_per_core).fold(0.0, f64::max);
-        let max_cap = items.iter().map(|i| i.cap.min(budget)).fold(0.0, f64::max);
-        let slack = max_r * max_cap / steps as f64 * items.len() as f64;
+        // A grid step moves an item's rate by at most r_i × its step.
+        let slack: f64 = items
+            .iter()
+            .map(|i| i.rate_per_core * grid_top(i, budget) / steps as f64)
+            .sum();
         prop_assert!(b >= sol.rate - slack - 1e-9, "grid {b} far below LP {}", sol.rate);
         // The binding constraint is what the solution says.
         match sol.binding {
@@ -74,7 +97,7 @@ proptest! {
     #[test]
     fn closed_form_without_caps(rs in prop::collection::vec(0.5f64..500.0, 1..8), budget in 0.5f64..64.0) {
         // Caps out of reach: X* = B / Σ 1/r_i exactly (Plumber's closed form).
-        let items: Vec<LpItem> = rs.iter().map(|&r| LpItem { rate_per_core: r, serial_share: 0.0, cap: 1e9 }).collect();
+        let items: Vec<LpItem> = rs.iter().map(|&r| LpItem { rate_per_core: r, cpu_rate: r, serial_share: 0.0, cap: 1e9 }).collect();
         let sol = solve(&items, budget);
         let x = budget / rs.iter().map(|r| 1.0 / r).sum::<f64>();
         prop_assert!((sol.rate - x).abs() <= 1e-9 * x);
