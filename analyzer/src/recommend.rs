@@ -329,7 +329,7 @@ fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Opti
         .map(|i| (sol.theta[i], sol.cores[i]))
         .unwrap_or((0.0, 0.0));
     // Threads that wait sleep: they take fewer cores than there are of them.
-    let given = if (theta - cores).abs() > 1e-9 * theta.max(1.0) {
+    let given = if fmt::num(theta) != fmt::num(cores) {
         format!("{} threads on {} cores", fmt::num(theta), fmt::num(cores))
     } else {
         format!("{} cores", fmt::num(theta))
@@ -345,11 +345,14 @@ fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Opti
     } else {
         n.sigma
     };
-    let cap = if sigma > 0.0 {
+    // A cap far past what the machine could run (a wait of a few µs) is
+    // not worth a word.
+    let useful = amdahl::useful_parallelism(sigma);
+    let cap = if sigma > 0.0 && useful <= 4.0 * theta.max(m.machine.cores) {
         format!(
             "; its threads wait (σ = {}), so it is not given more than {} threads, past which another adds < 10%",
             fmt::num(sigma),
-            fmt::count(amdahl::useful_parallelism(sigma))
+            fmt::count(useful)
         )
     } else {
         String::new()
