@@ -35,7 +35,7 @@ pub struct LpItem {
     pub cpu_rate: f64,
     /// Amdahl serial share σ_i (0 = linear).
     pub serial_share: f64,
-    /// Most cores/threads the op may get.
+    /// Most threads the op may get.
     pub cap: f64,
 }
 
@@ -43,7 +43,7 @@ pub struct LpItem {
 pub enum Binding {
     /// The core budget binds.
     Budget,
-    /// Item i's cap binds (its parallelism limit, or one core for a
+    /// Item i's cap binds (its parallelism limit, or one thread for a
     /// sequential op).
     Cap(usize),
     /// No item: nothing bounds the rate.
@@ -137,10 +137,10 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
             arg = i;
         }
     }
-    let cores = |x: f64| items.iter().map(|it| it.cores_at(x)).sum::<f64>();
+    let cores_needed = |x: f64| items.iter().map(|it| it.cores_at(x)).sum::<f64>();
     let (rate, binding) = if !positive(x_cap) {
         (0.0, Binding::Cap(arg))
-    } else if cores(x_cap) <= budget * (1.0 + 1e-12) {
+    } else if cores_needed(x_cap) <= budget * (1.0 + 1e-12) {
         (x_cap, Binding::Cap(arg))
     } else {
         // Closed form: X = B / Σ 1/c_i. It lies below x_cap because the
