@@ -265,17 +265,22 @@ fn cache_blocked_by_randomness() {
     goldens("cache_blocked_by_randomness", &a);
 }
 
-#[test]
-fn gil_bound() {
-    let a = analyze_input(common::gil_input(), &MachineOverrides::default()).expect("analyze");
-    let r = a.report_ref();
+/// The gil_bound pipeline's bottleneck: its map, on the GIL, at 8 threads
+/// of 25% efficiency: S(8) = 2 ⇒ 6.25 × 2 = 12.5.
+fn assert_map_gil_bound_at_12_5(r: &Report) {
     let b = r.bottleneck.as_ref().expect("bottleneck");
     assert_eq!(
         (b.name.as_str(), b.reason.as_str()),
         ("ParallelMapDatasetV2/_5", "gil")
     );
-    // 8 threads at 25% efficiency: S(8) = 2 ⇒ 6.25 × 2 = 12.5.
     assert_close(b.rate, 12.5, 1e-9);
+}
+
+#[test]
+fn gil_bound() {
+    let a = analyze_input(common::gil_input(), &MachineOverrides::default()).expect("analyze");
+    let r = a.report_ref();
+    assert_map_gil_bound_at_12_5(r);
     let map = node(r, "ParallelMapDatasetV2/_5");
     let c = map.contention.as_ref().expect("contention");
     assert!(close(c.serial_share, 288.0 / (96.0 * 7.0), 1e-12));
@@ -309,12 +314,7 @@ fn gil_bound_threads_that_wait_take_no_core() {
     };
     let a = analyze_input(common::gil_input(), &cores).expect("analyze");
     let r = a.report_ref();
-    let b = r.bottleneck.as_ref().expect("bottleneck");
-    assert_eq!(
-        (b.name.as_str(), b.reason.as_str()),
-        ("ParallelMapDatasetV2/_5", "gil")
-    );
-    assert_close(b.rate, 12.5, 1e-9);
+    assert_map_gil_bound_at_12_5(r);
     assert_eq!(r.lp.binding, "cap:ParallelMapDatasetV2/_5");
     assert_close(
         r.lp.allocation.get("ParallelMapDatasetV2/_5").copied(),
