@@ -38,6 +38,12 @@ pub enum AnalyzeError {
     },
     #[error("serialising the report failed: {0}")]
     Json(String),
+    /// A file's content is wrong: the problem, with the file it is in.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        path: PathBuf,
+        source: Box<AnalyzeError>,
+    },
 }
 
 impl AnalyzeError {
@@ -46,6 +52,7 @@ impl AnalyzeError {
     pub fn exit_code(&self) -> i32 {
         match self {
             AnalyzeError::Io { .. } | AnalyzeError::Json(_) => 1,
+            AnalyzeError::InFile { source, .. } => source.exit_code(),
             _ => 2,
         }
     }

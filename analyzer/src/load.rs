@@ -41,7 +41,11 @@ pub fn load_file(path: &Path) -> Result<PipelineSnapshot, AnalyzeError> {
         path.to_path_buf()
     };
     let bytes = std::fs::read(&file).map_err(|e| AnalyzeError::io(&file, e))?;
-    load_snapshot(&bytes)
+    // The bytes' problem, said with the file (a directory's last dump).
+    load_snapshot(&bytes).map_err(|e| AnalyzeError::InFile {
+        path: file,
+        source: Box::new(e),
+    })
 }
 
 fn last_pb_in(dir: &Path) -> Result<PathBuf, AnalyzeError> {

@@ -136,6 +136,18 @@ fn missing_file_is_an_io_error() {
 }
 
 #[test]
+fn a_file_that_does_not_decode_is_named() {
+    let f = std::env::temp_dir().join(format!("plumber-analyzer-bad-{}.pb", std::process::id()));
+    std::fs::write(&f, b"garbage").expect("write");
+    let e = load_file(&f).unwrap_err();
+    let _ = std::fs::remove_file(&f);
+    assert_eq!(e.exit_code(), 2);
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("{}: ", f.display())), "{msg}");
+    assert!(msg.contains("not a protobuf PipelineSnapshot"), "{msg}");
+}
+
+#[test]
 fn directory_reads_the_last_dump() {
     let dir = std::env::temp_dir().join(format!("plumber-analyzer-dir-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -213,12 +213,7 @@ pub struct AnalyzeArgs {
 }
 
 pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
-    // A decode error does not name the file (the analyzer decodes bytes);
-    // an I/O error does already.
-    let snapshot = plumber_analyzer::load_file(&a.stats).map_err(|e| match e {
-        plumber_analyzer::AnalyzeError::Io { .. } => anyhow::Error::new(e),
-        _ => anyhow::Error::new(e).context(a.stats.display().to_string()),
-    })?;
+    let snapshot = plumber_analyzer::load_file(&a.stats)?;
     let memory_bytes = match &a.memory {
         Some(m) => Some(plumber_analyzer::parse_size(m)?),
         None => None,
