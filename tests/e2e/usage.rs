@@ -170,20 +170,24 @@ fn gil_wait_on_the_py_function_map() {
 }
 
 /// The analysis names the map and its wait as what bounds the pipeline,
-/// and recommends lifting the wait: its threads sleep while they wait, so
-/// they do not fill the cores (the LP used to charge each a core and read
-/// "CPU (all cores busy)", nothing to change, on 2 cores). A thread more
-/// may come first, where the wait is short enough for it to add 10%.
+/// and has a change for it: its threads sleep while they wait, so they do
+/// not fill the cores (the LP used to charge each a core and read "CPU
+/// (all cores busy)", nothing to change, on 2 cores). The change is lifting
+/// the wait, or more threads where the wait is short enough for them to
+/// pay: a CI run's lock workload waited 24% of its time (σ = 0.32), and 4
+/// threads then filled the 2 cores, past which lifting the lock adds
+/// nothing.
 fn assert_bound_by_its_wait(r: &serde_json::Value, map: &serde_json::Value, kind: &str) {
     let name = map["name"].as_str().expect("node name");
     let b = &r["bottleneck"];
     eprintln!("bottleneck: {b}");
     assert_eq!(b["name"], name, "{b}");
     assert_eq!(b["reason"], kind, "{b}");
-    let recs = r["recommendations"].as_array().expect("recommendations");
+    let first = &r["recommendations"][0];
+    assert_eq!(first["node"], name, "{first}");
     assert!(
-        recs.iter().any(|x| x["kind"] == kind && x["node"] == name),
-        "no {kind} recommendation on {name}: {recs:?}"
+        first["kind"] == kind || first["kind"] == "parallelism",
+        "{first}"
     );
 }
 
