@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Does the return probe on absl's Mutex::LockSlow raise the contention it
-measures?
+"""Do the default mode's lock and attribution probes raise the lock
+contention they measure?
 
 The default mode times lock waits with a uprobe at `Mutex::LockSlow`'s
 entry and a uretprobe at its return, and the return probe runs with the
@@ -12,12 +12,19 @@ probes (B), in alternating blocks of one workload; O blocks attach nothing.
 The counts per element hardly move with the host's speed, unlike the
 throughput, so this resolves on a noisy machine too.
 
+R blocks put a uprobe on `model::Node::record_stop` beside the entry probe:
+the default mode's attribution windows trap there, and TensorFlow calls it
+from the pool threads, possibly with a lock held; if its trap lengthened
+critical sections, LockSlow would be entered more often per element too.
+
 The probes are plain tracefs uprobes counted by `perf stat` (no BPF), at
-the offset of LockSlow in the target's own libtensorflow_framework.so.2,
-derived from its symbol table and program headers. Needs root and tracefs.
+the offsets of LockSlow and record_stop in the target's own
+libtensorflow_framework.so.2, derived from its symbol table and program
+headers. Needs root and tracefs.
 
     sudo python3 bench/lock_contention.py                 # EBOOBE twice, 15 s blocks
     sudo python3 bench/lock_contention.py --order EBEB --block 20
+    sudo python3 bench/lock_contention.py --order ERREERREERREERRE  # record_stop's trap
 """
 
 import argparse
@@ -32,6 +39,7 @@ import time
 from common import REPO, Workload, check_python, die
 
 LOCKSLOW = "5Mutex8LockSlowEPKNS0_6MuHowSEPKNS0_9ConditionEi"  # as probe/src/attach.rs
+RECORD_STOP = "_ZN10tensorflow4data5model4Node11record_stopEl"  # as probe/src/attach.rs
 TRACEFS = "/sys/kernel/tracing"
 GROUP = "pp_lock_contention"
 
@@ -63,7 +71,8 @@ def write_events(lines):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--order", default="EBOOBE" * 2, help="blocks: E entry, B entry+return, O none")
+    ap.add_argument("--order", default="EBOOBE" * 2,
+                    help="blocks: E entry, B entry+return, R entry+record_stop, O none")
     ap.add_argument("--block", type=float, default=15.0, help="seconds a block")
     ap.add_argument("--workload", default="tfrecord_image")
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
@@ -72,8 +81,8 @@ def main():
         die("needs root (tracefs uprobes); run with sudo")
     if not os.path.isdir(f"{TRACEFS}/events"):
         die(f"no tracefs at {TRACEFS}; mount it: mount -t tracefs nodev {TRACEFS}")
-    if set(args.order) - set("EBO"):
-        die("--order takes E, B and O only")
+    if set(args.order) - set("EBRO"):
+        die("--order takes E, B, R and O only")
     check_python(args)
     libs = glob.glob(os.path.join(REPO, ".venv", "lib", "python3*", "site-packages",
                                   "tensorflow", "libtensorflow_framework.so.2"))
@@ -81,7 +90,9 @@ def main():
         die("no single libtensorflow_framework.so.2 in .venv; run scripts/setup.sh")
     lib = os.path.realpath(libs[0])
     off = file_offset(lib, LOCKSLOW)
-    events = {"E": f"{GROUP}:entry", "B": f"{GROUP}:entry,{GROUP}:ret", "O": None}
+    rs_off = file_offset(lib, RECORD_STOP)
+    events = {"E": f"{GROUP}:entry", "B": f"{GROUP}:entry,{GROUP}:ret",
+              "R": f"{GROUP}:entry,{GROUP}:rstop", "O": None}
 
     logdir = tempfile.mkdtemp(prefix="pp-lockc-")
     seconds = int(20 + len(args.order) * (args.block + 3) + 30)
@@ -89,7 +100,8 @@ def main():
     rows = []
     try:
         # Inside the try, so that the events go whatever stops the run.
-        write_events([f"p:{GROUP}/entry {lib}:{off:#x}", f"r:{GROUP}/ret {lib}:{off:#x}"])
+        write_events([f"p:{GROUP}/entry {lib}:{off:#x}", f"r:{GROUP}/ret {lib}:{off:#x}",
+                      f"p:{GROUP}/rstop {lib}:{rs_off:#x}"])
         if not w.ready.wait(120):
             die(f"workload not READY; see {w.stderr_path}")
         time.sleep(15)  # autotune settles
@@ -118,14 +130,15 @@ def main():
             time.sleep(1)
     finally:
         w.stop()
-        for name in ("entry", "ret"):
+        for name in ("entry", "ret", "rstop"):
             try:
                 write_events([f"-:{GROUP}/{name}"])
             except OSError:
                 pass  # never added: the add failed before it
 
     print(f"\n{args.workload}, {args.block:g} s blocks, {len(rows)} blocks; logs: {logdir}")
-    for kind, name in (("E", "entry probe only"), ("B", "entry + return probes"), ("O", "nothing")):
+    for kind, name in (("E", "entry probe only"), ("B", "entry + return probes"),
+                       ("R", "entry + record_stop probes"), ("O", "nothing")):
         sel = [r for r in rows if r[0] == kind]
         if not sel:
             continue
@@ -135,12 +148,15 @@ def main():
             per = [r[2]["entry"] for r in sel]
             sd = statistics.stdev(per) if len(per) > 1 else 0.0
             line += f", LockSlow entries {statistics.mean(per):.3f}/element (sd {sd:.3f})"
+        if kind == "R":
+            line += f", record_stop {statistics.mean(r[2]['rstop'] for r in sel):.2f}/element"
         print(line)
     e = [r[2]["entry"] for r in rows if r[0] == "E"]
-    b = [r[2]["entry"] for r in rows if r[0] == "B"]
-    if e and b:
-        print(f"entries per element, B/E: {statistics.mean(b) / statistics.mean(e):.4f} "
-              "(above 1: the return probe's trap raises contention)")
+    for kind, why in (("B", "the return probe's"), ("R", "record_stop's")):
+        x = [r[2]["entry"] for r in rows if r[0] == kind]
+        if e and x:
+            print(f"entries per element, {kind}/E: {statistics.mean(x) / statistics.mean(e):.4f} "
+                  f"(above 1: {why} trap raises contention)")
 
 
 if __name__ == "__main__":
