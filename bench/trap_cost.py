@@ -57,6 +57,11 @@ def human(b, code):
     return f"{n} {'code' if code else 'data'}"
 
 
+def per(r):
+    """CPU ns per iteration of a block row (code, on, iterations, cpu_ns, hits)."""
+    return r[3] / r[2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default=SIZES,
@@ -72,7 +77,9 @@ def main():
         die("trap_cost.py needs root for perf_event_open of a uprobe: run it with sudo")
     cc = shutil.which("cc") or die("no C compiler: apt-get install gcc")
     try:
-        sizes = [size(s) for s in args.sizes.split(",")]
+        # The empty working set first, whatever --sizes says: the column
+        # "beyond W=0" is each size's cost less its. Each size once.
+        sizes = list(dict.fromkeys([(0, 0)] + [size(s) for s in args.sizes.split(",")]))
     except ValueError:
         die(f"--sizes {args.sizes}: expected sizes like 0,40k,1m,c256k")
 
@@ -96,11 +103,10 @@ def main():
           f"{args.pairs} ABBA quads of {args.block:g} s blocks a size")
     print(f"{'working set':>14} {'OFF ns/iter':>12} {'ON ns/iter':>11} "
           f"{'a hit costs':>12} {'+/-':>7} {'beyond W=0':>11} {'hits/iter':>10}")
-    base = None
+    base = None  # the empty working set's, measured first
     for w in sizes:
         mine = [r[1:] for r in rows if (r[0], r[1]) == w]
         quads = [mine[i:i + 4] for i in range(0, len(mine) - 3, 4)]
-        per = lambda r: r[3] / r[2]  # noqa: E731  CPU ns per iteration
         extra = [(per(q[1]) + per(q[2]) - per(q[0]) - per(q[3])) / 2 for q in quads]
         hits = sum(r[4] for r in mine if r[1]) / sum(r[2] for r in mine if r[1])
         m = statistics.mean(extra)
