@@ -171,7 +171,12 @@ int main(int argc, char **argv) {
             fprintf(stderr, "trap_cost: cannot generate %zu bytes of code\n", bytes);
             return 1;
         }
-        if (!code) work.base = work.cycle = make_cycle(bytes);
+        // A data set too small for a cycle (under two lines) runs as the
+        // empty one; one that could not be allocated must not pass for it.
+        if (!code && !(work.base = work.cycle = make_cycle(bytes)) && bytes >= 2 * LINE) {
+            fprintf(stderr, "trap_cost: cannot allocate %zu bytes of data\n", bytes);
+            return 1;
+        }
         uint64_t it, cpu;
         run_block(&work, steps, ms, &it, &cpu);  // warm the working set
         // ON and OFF in ABBA order, so a linear drift cancels.
