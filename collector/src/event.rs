@@ -93,9 +93,18 @@ pub struct TargetInfo {
 
 /// Lost events or rejected objects, with a short name of what was lost.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct Drop {
+pub struct DropCount {
     pub what: String,
     pub count: u64,
+}
+
+impl DropCount {
+    pub fn new(what: impl Into<String>, count: u64) -> Self {
+        DropCount {
+            what: what.into(),
+            count,
+        }
+    }
 }
 
 /// Time a thread spent blocked, by cause. Cumulative since the probe
@@ -236,7 +245,7 @@ pub enum Event {
     /// Cumulative drop counts (a later Drops for the same `what` replaces
     /// the earlier value).
     Drops {
-        drops: Vec<Drop>,
+        drops: Vec<DropCount>,
     },
     /// End of the recording. `partial` is set when it ended before the
     /// requested duration (target exited, interrupted).

@@ -118,7 +118,7 @@ pub struct WindowResult {
     pub end_event: Option<EndInfo>,
     /// Probe drops (latest count per `what`) and the collector's own, sorted
     /// by `what`.
-    pub drops: Vec<event::Drop>,
+    pub drops: Vec<event::DropCount>,
     /// Where the threads' CPU time went; all zero without thread data.
     pub cpu: CpuTotals,
     /// Every thread seen in the window, most CPU first.
@@ -503,7 +503,7 @@ impl Aggregator {
             end_event: self.end,
             drops: drops
                 .into_iter()
-                .map(|(what, count)| event::Drop { what, count })
+                .map(|(what, count)| event::DropCount { what, count })
                 .collect(),
             cpu: attributed.cpu,
             threads: attributed.threads,

@@ -11,6 +11,7 @@ use clap::Args;
 use plumber_analyzer::flamegraph::{render_folded, FlameOptions};
 use plumber_collector::stacks::{lock_frame, FoldedKind, LockKind};
 
+use crate::errors;
 use crate::output;
 
 #[derive(Args, Debug)]
@@ -37,7 +38,7 @@ pub struct FlamegraphArgs {
 pub fn run(a: &FlamegraphArgs) -> Result<ExitCode> {
     let input = a.input.display();
     let bytes =
-        std::fs::read(&a.input).map_err(|e| output::usage(format!("{input}: cannot read: {e}")))?;
+        std::fs::read(&a.input).map_err(|e| errors::usage(format!("{input}: cannot read: {e}")))?;
     let kind = FoldedKind::from_path(&a.input);
     let title = match (&a.title, kind) {
         (Some(t), _) => t.clone(),
@@ -67,7 +68,7 @@ pub fn run(a: &FlamegraphArgs) -> Result<ExitCode> {
     };
     let svg = render_folded(&bytes, &opts).map_err(|e| {
         if e.exit_code() == 2 {
-            output::usage(format!("{input}: {e}"))
+            errors::usage(format!("{input}: {e}"))
         } else {
             anyhow::Error::new(e).context(format!("rendering {input}"))
         }

@@ -3,11 +3,15 @@
 
 mod attach;
 mod bpf;
+mod clock;
+mod errors;
 mod flamegraph_cmd;
+mod frames;
 mod layout;
 mod mem;
 mod model;
 mod output;
+mod progress;
 mod record;
 mod run;
 mod sampler;
@@ -17,6 +21,8 @@ mod sampler;
 #[allow(dead_code)]
 #[path = "../../shim/src/abi.rs"]
 mod shim_abi;
+mod sink;
+mod stop;
 mod symbols;
 mod target;
 mod threads;
@@ -184,8 +190,8 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, joined.
-            eprintln!("plumber-probe: {}", output::one_line(&e));
-            ExitCode::from(if output::is_usage_error(&e) { 2 } else { 1 })
+            eprintln!("plumber-probe: {}", errors::one_line(&e));
+            ExitCode::from(if errors::is_usage_error(&e) { 2 } else { 1 })
         }
     }
 }
@@ -193,7 +199,7 @@ fn main() -> ExitCode {
 fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = r.duration {
         if !(d.is_finite() && d > 0.0) {
-            return Err(output::usage(format!(
+            return Err(errors::usage(format!(
                 "--duration must be a positive number of seconds, not {d}"
             )));
         }
@@ -215,14 +221,14 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
         sample_hz: r.sample_hz,
     };
     if r.sample_hz > 1000 {
-        return Err(output::usage(format!(
+        return Err(errors::usage(format!(
             "--sample-hz must be at most 1000, not {}",
             r.sample_hz
         )));
     }
     if let Some(n) = r.io_ringbuf_bytes {
         if !n.is_power_of_two() || n < 4096 {
-            return Err(output::usage(format!(
+            return Err(errors::usage(format!(
                 "--io-ringbuf-bytes must be a power of two of at least 4096, not {n}"
             )));
         }
@@ -240,7 +246,7 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
 fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(d) = r.duration {
         if !(d.is_finite() && d > 0.0) {
-            return Err(output::usage(format!(
+            return Err(errors::usage(format!(
                 "--duration must be a positive number of seconds, not {d}"
             )));
         }

@@ -3,30 +3,29 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
-use std::io::BufWriter;
-use std::io::{IsTerminal, Write};
 use std::mem::MaybeUninit;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use plumber_collector::event::{
-    Drop as DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo,
+    DropCount, Event, NodeCounters, NodeObservation, NodeRetired, Poll, TargetInfo,
 };
-use plumber_collector::eventfile::EventWriter;
-use plumber_collector::window::Aggregator;
-use plumber_collector::{opnames, Collected};
+use plumber_collector::opnames;
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Derived};
 use crate::bpf::{self, Bpf, RetiredEvent, DROP_NAMES};
+use crate::clock::now_ns;
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
 use crate::model::{stable_path, ModelReader};
+use crate::progress::Progress;
 use crate::sampler::{self, Sampler, StackContext};
+use crate::sink::EventSink;
+use crate::stop::{self, sleep_interval, STOP};
 use crate::target::{self, Target};
 use crate::usage::{Attribution, Usage};
 
@@ -71,46 +70,6 @@ pub struct RecordOpts {
     pub sample_hz: u32,
 }
 
-/// Where observations go as they are made: the collector's aggregator
-/// (its memory grows with the number of iterator instances, not with the
-/// number of polls) and, with --save-events, a JSON-lines file written as
-/// we go.
-pub struct EventSink {
-    agg: Aggregator,
-    file: Option<EventWriter<BufWriter<File>>>,
-}
-
-impl EventSink {
-    pub fn new(save_to: Option<&Path>) -> Result<Self> {
-        let file = save_to.map(EventWriter::create).transpose()?;
-        Ok(EventSink {
-            agg: Aggregator::new(),
-            file,
-        })
-    }
-
-    pub fn push(&mut self, e: Event) -> Result<()> {
-        if let Some(f) = &mut self.file {
-            f.write(&e)?;
-        }
-        self.agg.push(e);
-        Ok(())
-    }
-
-    /// The window totals and the stats.pb snapshot built from them.
-    pub fn finish(mut self) -> Result<Collected> {
-        if let Some(f) = &mut self.file {
-            f.flush()?;
-        }
-        let window = self
-            .agg
-            .finish()
-            .context("no usable observations were made; nothing written")?;
-        let snapshot = plumber_collector::snapshot::build_snapshot(&window);
-        Ok(Collected { window, snapshot })
-    }
-}
-
 pub struct Recording {
     pub sink: EventSink,
     /// Why the recording ended.
@@ -140,8 +99,6 @@ pub struct StackRecording {
     pub end_wall_ns: u64,
 }
 
-pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
-
 /// The pipeline runs but has no autotune model (autotune disabled): its
 /// iterators have no model node.
 #[derive(Debug, thiserror::Error)]
@@ -152,52 +109,6 @@ pub(crate) const NO_MODEL: &str =
 
 /// How many extra discoveries may look for parallel ops' iterators.
 const PARALLELISM_TRIES: u32 = 10;
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Installs `handler` for SIGINT, SIGTERM and SIGHUP: each stops the
-/// recording cleanly. The handler must only store to atomics.
-pub(crate) fn install_signal_handlers(handler: extern "C" fn(libc::c_int)) -> Result<()> {
-    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
-    let sa = SigAction::new(
-        SigHandler::Handler(handler),
-        SaFlags::empty(),
-        SigSet::empty(),
-    );
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        // SAFETY: the handlers given here only store to atomics, which is
-        // async-signal-safe.
-        unsafe { sigaction(sig, &sa) }.with_context(|| format!("installing the {sig} handler"))?;
-    }
-    Ok(())
-}
-
-/// Blocks the stopping signals in the calling thread, so that they reach
-/// the main thread and end its sleep between polls at once. For helper
-/// threads, first thing.
-pub(crate) fn leave_stop_signals_to_main() {
-    use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
-    }
-    if let Err(e) = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None) {
-        debug!("stop signals not blocked in a helper thread: {e}");
-    }
-}
-
-pub fn now_ns() -> (u64, u64) {
-    let mono = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-        .unwrap_or(0);
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    (mono, wall)
-}
 
 /// Root, BPF and ptrace permissions, checked before any work so the user
 /// gets the fix, not an errno from deep inside.
@@ -253,73 +164,6 @@ pub(crate) fn target_info(t: &Target, mode: &str) -> TargetInfo {
         memory_total: kb("MemTotal:"),
         memory_free: kb("MemAvailable:"),
         not_measured: Vec::new(),
-    }
-}
-
-/// Progress on stderr: one updating line on a terminal, a line every 5 s
-/// otherwise (logs stay readable).
-pub(crate) struct Progress {
-    tty: bool,
-    quiet: bool,
-    last: Instant,
-    last_root: Option<(Instant, i64)>,
-}
-
-impl Progress {
-    pub(crate) fn new(quiet: bool) -> Self {
-        Progress {
-            tty: std::io::stderr().is_terminal(),
-            quiet,
-            last: Instant::now(),
-            last_root: None,
-        }
-    }
-
-    pub(crate) fn tick(&mut self, elapsed: f64, total: Option<f64>, root_elements: Option<i64>) {
-        let every = if self.tty {
-            Duration::from_secs(1)
-        } else {
-            Duration::from_secs(5)
-        };
-        let now = Instant::now();
-        // The rate's first reading is taken at the first poll that sees the
-        // root, not at the first line printed, which would show 0.
-        if self.last_root.is_none() {
-            self.last_root = root_elements.map(|n| (now, n));
-        }
-        if self.quiet || self.last.elapsed() < every {
-            return;
-        }
-        let rate = match (self.last_root, root_elements) {
-            // A new iterator restarts the count: no rate for that line.
-            (Some((t, n0)), Some(n1)) if now > t && n1 >= n0 => {
-                Some((n1 - n0) as f64 / now.duration_since(t).as_secs_f64())
-            }
-            _ => None,
-        };
-        self.last_root = root_elements.map(|n| (now, n));
-        self.last = now;
-        let of = total.map(|t| format!("/{t:.0}s")).unwrap_or_default();
-        let rate = rate.map_or_else(|| format!("{:>9}", "-"), |r| format!("{r:9.1}"));
-        let line = format!("recording {elapsed:5.1}s{of}  root {rate} elements/s");
-        let mut err = std::io::stderr();
-        let _ = if self.tty {
-            write!(err, "\r{line}   ")
-        } else {
-            writeln!(err, "{line}")
-        };
-        let _ = err.flush();
-    }
-
-    /// The recording window is over; outputs follow (stack symbolization
-    /// and the flamegraphs can take seconds).
-    pub(crate) fn done(&self) {
-        if self.tty && !self.quiet {
-            eprintln!();
-        }
-        // A recording taken beside this one (tests/e2e/shim.rs) is ended
-        // at this line, so that both cover the same stretch.
-        info!("recording window closed; writing outputs");
     }
 }
 
@@ -390,7 +234,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     check_privileges()?;
     batch_scheduling();
     let target = Target::open(opts.pid)?;
-    install_signal_handlers(on_signal)?;
+    stop::install_signal_handlers(stop::on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
     // The sampler gets ready (loads its program, maps the libraries for
     // unwinding, reads the kernel's symbols) while the layout is derived
@@ -472,10 +316,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     outcome?;
     if sampler_failed {
         rec.sink.push(Event::Drops {
-            drops: vec![DropCount {
-                what: "stack_sampling_unavailable".into(),
-                count: 1,
-            }],
+            drops: vec![DropCount::new("stack_sampling_unavailable", 1)],
         })?;
     }
     if let Some(s) = sampler {
@@ -521,7 +362,7 @@ struct Ctx<'a, 'obj> {
     mem: Memory,
     started: Instant,
     /// The stack sampler's intake of sampled waits' stacks, when it runs.
-    wait_stacks: Option<std::sync::mpsc::Sender<Vec<crate::sampler::RawSample>>>,
+    wait_stacks: Option<std::sync::mpsc::Sender<Vec<crate::bpf::sample::RawSample>>>,
 }
 
 enum Stop {
@@ -626,7 +467,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                     Err(e) if window_start.is_some() => {
                         warn!(
                             "pipeline gone and not found again: {}",
-                            crate::output::one_line(&e)
+                            crate::errors::one_line(&e)
                         );
                         break if STOP.load(Ordering::SeqCst) {
                             Stop::Signal
@@ -733,7 +574,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
                     }
                     Err(e) => debug!(
                         "looking for parallel ops' iterators: {}",
-                        crate::output::one_line(&e)
+                        crate::errors::one_line(&e)
                     ),
                 }
                 continue;
@@ -749,22 +590,13 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             rec.stack_context = u.stack_context();
         }
         drops.extend(finish_usage(usage, &mut rec.sink)?);
-        drops.push(DropCount {
-            what: "invalid_model_nodes_skipped".into(),
-            count: invalid_nodes,
-        });
-        drops.push(DropCount {
-            what: "parallelism_unknown_ops".into(),
-            count: (par_ops.len() - par_known.len()) as u64,
-        });
-        drops.push(DropCount {
-            what: "retired_node_unreadable".into(),
-            count: unreadable,
-        });
-        drops.push(DropCount {
-            what: "malformed_ringbuf_records".into(),
-            count: *bad.borrow(),
-        });
+        drops.push(DropCount::new("invalid_model_nodes_skipped", invalid_nodes));
+        drops.push(DropCount::new(
+            "parallelism_unknown_ops",
+            (par_ops.len() - par_known.len()) as u64,
+        ));
+        drops.push(DropCount::new("retired_node_unreadable", unreadable));
+        drops.push(DropCount::new("malformed_ringbuf_records", *bad.borrow()));
         rec.sink.push(Event::Drops { drops })?;
         self.finish(stop, rec)
     }
@@ -848,7 +680,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             Err(e) => {
                 warn!(
                     "per-thread CPU, waits and I/O are not measured: {}",
-                    crate::output::one_line(&e)
+                    crate::errors::one_line(&e)
                 );
                 None
             }
@@ -861,10 +693,7 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
             .drops()?
             .into_iter()
             .zip(DROP_NAMES)
-            .map(|(count, what)| DropCount {
-                what: what.to_string(),
-                count,
-            })
+            .map(|(count, what)| DropCount::new(what, count))
             .collect())
     }
 
@@ -987,62 +816,11 @@ impl<'a, 'obj> Ctx<'a, 'obj> {
 fn finish_usage(usage: Option<Usage<'_, '_>>, sink: &mut EventSink) -> Result<Vec<DropCount>> {
     match usage {
         Some(u) => u.finish(sink),
-        None => Ok(vec![DropCount {
-            what: "usage_unavailable".into(),
-            count: 1,
-        }]),
+        None => Ok(vec![DropCount::new("usage_unavailable", 1)]),
     }
 }
 
 /// Where outputs go.
 pub fn default_output(pid: i32) -> PathBuf {
     PathBuf::from(format!("plumber-{pid}"))
-}
-
-/// Sleeps until the next poll. `tick` runs before each sleep and says how
-/// soon it wants to run again (attribution windows open and close between
-/// polls); the sleep also ends at the end of the duration, so the last poll
-/// lands on the deadline. Ctrl-C ends it at once (the sleep returns on a
-/// signal; `STOP_CHECK` only covers a signal taken by another thread). No
-/// fixed short steps: every wakeup of ours preempts a thread of the target
-/// on a busy machine (measured: a process that only wakes 300 times a
-/// second takes 4-6% of the image pipeline's throughput on 2 cores).
-pub(crate) fn sleep_interval(
-    interval: Duration,
-    duration: Option<Duration>,
-    window_start: Option<Instant>,
-    mut tick: impl FnMut() -> Option<Duration>,
-) {
-    const STOP_CHECK: Duration = Duration::from_secs(1);
-    let until = Instant::now() + interval;
-    while !STOP.load(Ordering::SeqCst) {
-        let next_tick = tick();
-        let left = match (duration, window_start) {
-            (Some(d), Some(s)) => Some(d.saturating_sub(s.elapsed())),
-            _ => None,
-        };
-        if left == Some(Duration::ZERO) {
-            return;
-        }
-        let to_poll = until.saturating_duration_since(Instant::now());
-        if to_poll.is_zero() {
-            return;
-        }
-        let step = [Some(to_poll), next_tick, left, Some(STOP_CHECK)]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(STOP_CHECK)
-            .max(Duration::from_millis(1));
-        sleep_unless_signalled(step);
-    }
-}
-
-/// Sleeps for `d` or until a signal arrives (unlike `std::thread::sleep`,
-/// which sleeps again after one).
-fn sleep_unless_signalled(d: Duration) {
-    use nix::time::{clock_nanosleep, ClockId, ClockNanosleepFlags};
-    let ts = nix::sys::time::TimeSpec::from_duration(d);
-    // Err(EINTR) is the signal; the caller looks at STOP either way.
-    let _ = clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::empty(), &ts);
 }

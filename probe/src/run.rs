@@ -20,18 +20,23 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use plumber_collector::event::{
-    AttributionSample, Drop as DropCount, Event, FileIo, NodeCounters, NodeRetired, Poll,
+    AttributionSample, DropCount, Event, FileIo, NodeCounters, NodeRetired, Poll,
     ThreadObservation, WaitCounters,
 };
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Derived};
+use crate::clock::now_ns;
+use crate::errors::{self, one_line};
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
 use crate::model::ModelReader;
 use crate::output;
-use crate::record::{self, EventSink, Progress, STOP};
+use crate::progress::Progress;
+use crate::record;
 use crate::shim_abi as abi;
+use crate::sink::EventSink;
+use crate::stop::{self, STOP};
 use crate::target::{self, Target, TargetError};
 use crate::threads::{self, NameRegistry};
 
@@ -99,7 +104,7 @@ impl SharedMem {
         } else {
             std::env::temp_dir()
         };
-        let (mono, _) = record::now_ns();
+        let (mono, _) = now_ns();
         let path = dir.join(format!("plumber-shim-{}-{mono}", std::process::id()));
         // 0600: only our uid (the child's) may map it.
         let file = OpenOptions::new()
@@ -173,7 +178,7 @@ impl Drop for Unlink {
 /// returns the command's exit status.
 pub fn run(opts: &RunOpts) -> Result<ExitCode> {
     let Some((prog, args)) = opts.command.split_first() else {
-        return Err(output::usage(
+        return Err(errors::usage(
             "nothing to run: give the command after `--`, e.g. plumber-probe run -- python train.py".into(),
         ));
     };
@@ -182,7 +187,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
     let shm = SharedMem::create()?;
     // Like `--pid` mode (stop the recording cleanly), also noting which
     // signal it was, to pass it on to the command.
-    record::install_signal_handlers(on_signal)?;
+    stop::install_signal_handlers(on_signal)?;
     let mut preload = OsString::from(&shim);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
@@ -208,10 +213,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
             }
         }
         // The command keeps running; its exit status is still ours.
-        Err(e) => eprintln!(
-            "plumber-probe: recording failed: {}",
-            crate::output::one_line(&e)
-        ),
+        Err(e) => eprintln!("plumber-probe: recording failed: {}", one_line(&e)),
     }
     // A terminal's Ctrl-C (SIGINT) reached the whole process group, the
     // command included; a SIGTERM or SIGHUP sent to us alone would leave
@@ -488,7 +490,7 @@ impl Ctx<'_> {
                     // Iterators without model nodes: autotune is off.
                     no_model_rounds += 1;
                     if no_model_rounds == 3 {
-                        warn!("{}; still looking", crate::record::NO_MODEL);
+                        warn!("{}; still looking", record::NO_MODEL);
                     }
                     continue;
                 };
@@ -523,7 +525,7 @@ impl Ctx<'_> {
             crate::model::fill_parallelism(&self.mem, &mut nodes, &iter_of, &iter_layout);
             iter_of.retain(|node, _| nodes.iter().any(|n| n.addr == *node));
             unreadable += self.drain_retired(&mut retired_tail, &mut rec.sink, &mut node_path)?;
-            let (mono_ns, wall_ns) = record::now_ns();
+            let (mono_ns, wall_ns) = now_ns();
             let root_elems = nodes.first().map(|n| n.counters.num_elements);
             for n in &nodes {
                 node_path.insert(n.addr, n.path.clone());
@@ -559,7 +561,7 @@ impl Ctx<'_> {
             if let Some(stop) = stopping {
                 break stop;
             }
-            record::sleep_interval(self.opts.interval, self.opts.duration, window_start, || {
+            stop::sleep_interval(self.opts.interval, self.opts.duration, window_start, || {
                 None
             });
         };
@@ -571,24 +573,12 @@ impl Ctx<'_> {
         let mut drops: Vec<DropCount> = abi::DROP_NAMES
             .iter()
             .zip(&self.h.drops)
-            .map(|(what, n)| DropCount {
-                what: what.to_string(),
-                count: n.load(Ordering::Relaxed),
-            })
+            .map(|(what, n)| DropCount::new(*what, n.load(Ordering::Relaxed)))
             .collect();
         drops.extend([
-            DropCount {
-                what: "invalid_model_nodes_skipped".into(),
-                count: invalid_nodes,
-            },
-            DropCount {
-                what: "retired_node_unreadable".into(),
-                count: unreadable,
-            },
-            DropCount {
-                what: "exited_threads_cpu_after_last_poll".into(),
-                count: cpu.exited,
-            },
+            DropCount::new("invalid_model_nodes_skipped", invalid_nodes),
+            DropCount::new("retired_node_unreadable", unreadable),
+            DropCount::new("exited_threads_cpu_after_last_poll", cpu.exited),
         ]);
         rec.sink.push(Event::Drops { drops })?;
         let (partial, reason) = match stop {

@@ -18,7 +18,6 @@
 //! recording is never delayed by unwinding.
 
 mod attribute;
-mod bpf;
 mod symbols;
 mod unwind;
 
@@ -29,25 +28,19 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use plumber_collector::event::Drop as DropCount;
+use plumber_collector::event::DropCount;
 use tracing::{debug, info, warn};
 
+pub use crate::bpf::sample::RawSample;
+use crate::bpf::sample::{SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL};
 pub use attribute::{attribute, IoStack, LockStack, StackContext};
-pub use bpf::RawSample;
-use bpf::{SampleBpf, DROP_NAMES, FLAG_IN_KERNEL};
 use symbols::FrameNames;
 use unwind::{StackUnwinder, Truncation};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
-    #[error("loading the stack-sampling BPF program: {0}")]
-    Load(libbpf_rs::Error),
-    #[error("perf_event_open(cpu-clock) on CPU {cpu}: {source}")]
-    PerfOpen { cpu: u32, source: std::io::Error },
-    #[error("attaching the sampling program on CPU {cpu}: {source}")]
-    Attach { cpu: u32, source: libbpf_rs::Error },
-    #[error("reading BPF map {0}: {1}")]
-    Map(&'static str, libbpf_rs::Error),
+    #[error(transparent)]
+    Bpf(#[from] SampleBpfError),
     #[error("starting the sampler thread: {0}")]
     Thread(std::io::Error),
     #[error("the sampler thread ended before it started sampling")]
@@ -178,7 +171,7 @@ impl Sampler {
         let worker = std::thread::Builder::new()
             .name("plumber-sampler".into())
             .spawn(move || {
-                crate::record::leave_stop_signals_to_main();
+                crate::stop::leave_stop_signals_to_main();
                 worker(pid, hz, &state2, ready_tx, waits_rx)
             })
             .map_err(SamplerError::Thread)?;
@@ -227,7 +220,7 @@ impl Sampler {
         self.state.store(FINISH, Ordering::SeqCst);
         let end_wall_ns = wall_ns();
         match self.worker.take().map(|w| {
-            // Cut its sleep short (up to 1 s, bpf::ring_plan).
+            // Cut its sleep short (up to 1 s, bpf::sample::ring_plan).
             w.thread().unpark();
             w.join()
         }) {
@@ -239,10 +232,7 @@ impl Sampler {
             _ => {
                 warn!("the stack sampler thread failed; no stacks");
                 SampledStacks {
-                    drops: vec![DropCount {
-                        what: "sampler_thread_failed".into(),
-                        count: 1,
-                    }],
+                    drops: vec![DropCount::new("sampler_thread_failed", 1)],
                     ..Default::default()
                 }
             }
@@ -271,7 +261,7 @@ fn worker(
     let mut sbpf = match SampleBpf::load(&mut obj, pid, hz) {
         Ok(b) => b,
         Err(e) => {
-            let _ = ready.send(Err(e));
+            let _ = ready.send(Err(e.into()));
             return SampledStacks::default();
         }
     };
@@ -285,7 +275,7 @@ fn worker(
     ) {
         Ok(rb) => rb,
         Err(e) => {
-            let _ = ready.send(Err(SamplerError::Map("samples", e)));
+            let _ = ready.send(Err(SampleBpfError::Map("samples", e).into()));
             return SampledStacks::default();
         }
     };
@@ -300,7 +290,7 @@ fn worker(
             let _ = ready.send(Ok(n));
         }
         Err(e) => {
-            let _ = ready.send(Err(e));
+            let _ = ready.send(Err(e.into()));
             return SampledStacks::default();
         }
     }
@@ -313,7 +303,7 @@ fn worker(
     let mut last_refresh = Instant::now();
     while run.load(Ordering::SeqCst) == RUN {
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
-        // timer, as seldom as the ring allows (bpf::ring_plan). Woken
+        // timer, as seldom as the ring allows (bpf::sample::ring_plan). Woken
         // early (unpark) when the recording stops us. consume() errors
         // only when a callback does; ours do not.
         std::thread::park_timeout(sbpf.drain_every);
@@ -352,27 +342,20 @@ fn worker(
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
     match sbpf.drops() {
-        Ok(counts) => {
-            out.drops.extend(
-                counts
-                    .into_iter()
-                    .zip(DROP_NAMES)
-                    .map(|(count, what)| DropCount {
-                        what: what.to_string(),
-                        count,
-                    }),
-            )
-        }
+        Ok(counts) => out.drops.extend(
+            counts
+                .into_iter()
+                .zip(DROP_NAMES)
+                .map(|(count, what)| DropCount::new(what, count)),
+        ),
         Err(e) => warn!("stack sampler drops not read: {e}"),
     }
-    out.drops.push(DropCount {
-        what: "sample_malformed_records".into(),
-        count: *malformed.borrow(),
-    });
-    out.drops.push(DropCount {
-        what: "sample_stacks_over_limit".into(),
-        count: out.over_limit,
-    });
+    out.drops.push(DropCount::new(
+        "sample_malformed_records",
+        *malformed.borrow(),
+    ));
+    out.drops
+        .push(DropCount::new("sample_stacks_over_limit", out.over_limit));
     debug!(
         samples = out.samples,
         complete = out.complete,

@@ -38,18 +38,19 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::Pid;
 use libbpf_rs::{Link, RingBuffer};
 use plumber_collector::event::{
-    AttributionSample, Drop as DropCount, Event, FileIo, LockSite, NodeObservation,
-    ThreadObservation, WaitCounters,
+    AttributionSample, DropCount, Event, FileIo, LockSite, NodeObservation, ThreadObservation,
+    WaitCounters,
 };
 use plumber_collector::opnames;
 use tracing::{debug, info, warn};
 
 use crate::attach::{self, Derived, ProbePoint};
-use crate::bpf::types::{self as bt, Waits};
+use crate::bpf::sample::RawSample;
+use crate::bpf::types::{self as bt, lock_kind, wait_kind_name, Waits};
 use crate::bpf::{self, Bpf, IoEvent, SiteKey, WaitProbe};
+use crate::frames::{getnext_class, is_wait_machinery, op_class_of_model, strip_params};
 use crate::mem::Memory;
-use crate::record::EventSink;
-use crate::sampler::RawSample;
+use crate::sink::EventSink;
 use crate::target::Target;
 use crate::threads::{self, NameRegistry};
 
@@ -480,7 +481,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         });
         // Only now: a stop seen while record_stop was still being attached
         // may end a stretch that other, unseen stops cut.
-        if let Err(e) = self.bpf.window_open(crate::record::now_ns().0) {
+        if let Err(e) = self.bpf.window_open(crate::clock::now_ns().0) {
             warn!("attribution window not opened: {e}");
         }
         self.window = Some((links, Instant::now()));
@@ -565,7 +566,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             Phase::Attribution | Phase::Tail => {
                 if self.phase == Phase::Attribution {
                     self.windows_closed += since.elapsed();
-                    if let Err(e) = bpf.window_close(crate::record::now_ns().0) {
+                    if let Err(e) = bpf.window_close(crate::clock::now_ns().0) {
                         warn!("attribution window not closed: {e}");
                     }
                     if then_waits {
@@ -1349,37 +1350,30 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             );
         }
         Ok(vec![
-            DropCount {
-                what: "malformed_io_records".into(),
-                count: *self.io_bad.borrow(),
-            },
-            DropCount {
-                what: "usage_probes_not_attached".into(),
-                count: self.attach_failures,
-            },
-            DropCount {
-                what: "wait_sample_malformed_records".into(),
-                count: self
-                    .wait_stacks
+            DropCount::new("malformed_io_records", *self.io_bad.borrow()),
+            DropCount::new("usage_probes_not_attached", self.attach_failures),
+            DropCount::new(
+                "wait_sample_malformed_records",
+                self.wait_stacks
                     .as_ref()
                     .map_or(0, |w| *w.malformed.borrow()),
-            },
-            DropCount {
-                what: "wait_samples_after_sampler_stopped".into(),
-                count: self.wait_stacks.as_ref().map_or(0, |w| w.lost),
-            },
-            DropCount {
-                what: "span_malformed_records".into(),
-                count: self.spans.as_ref().map_or(0, |t| *t.malformed.borrow()),
-            },
-            DropCount {
-                what: "spans_over_limit".into(),
-                count: self.spans.as_ref().map_or(0, |t| t.over_limit),
-            },
-            DropCount {
-                what: "spans_of_unknown_nodes".into(),
-                count: self.spans.as_ref().map_or(0, |t| t.unknown_node),
-            },
+            ),
+            DropCount::new(
+                "wait_samples_after_sampler_stopped",
+                self.wait_stacks.as_ref().map_or(0, |w| w.lost),
+            ),
+            DropCount::new(
+                "span_malformed_records",
+                self.spans.as_ref().map_or(0, |t| *t.malformed.borrow()),
+            ),
+            DropCount::new(
+                "spans_over_limit",
+                self.spans.as_ref().map_or(0, |t| t.over_limit),
+            ),
+            DropCount::new(
+                "spans_of_unknown_nodes",
+                self.spans.as_ref().map_or(0, |t| t.unknown_node),
+            ),
         ])
     }
 }
@@ -1434,87 +1428,6 @@ fn scale_u64(v: u64, scale: f64) -> u64 {
     (v as f64 * scale).round() as u64
 }
 
-pub(crate) fn lock_kind(kind: u32) -> plumber_collector::stacks::LockKind {
-    use plumber_collector::stacks::LockKind;
-    match kind as usize {
-        bt::WAIT_LOCK => LockKind::Mutex,
-        bt::WAIT_COND | bt::WAIT_BLOCK => LockKind::Condvar,
-        bt::WAIT_GIL => LockKind::Gil,
-        _ => LockKind::Futex,
-    }
-}
-
-fn wait_kind_name(kind: u32) -> &'static str {
-    match kind as usize {
-        bt::WAIT_LOCK => "mutex",
-        bt::WAIT_COND | bt::WAIT_BLOCK => "condvar",
-        bt::WAIT_GIL => "gil",
-        _ => "futex",
-    }
-}
-
-/// `ParallelMapV2` -> `ParallelMap`, `ForeverRepeat` -> `Repeat`: the
-/// dataset op without `Dataset` and version, as C++ class names carry it.
-fn op_class_of_model(model: &str) -> String {
-    let op = opnames::graph_op_name(model).unwrap_or_else(|| model.to_string());
-    let op = op.trim_end_matches(|c: char| c.is_ascii_digit());
-    let op = op.strip_suffix('V').unwrap_or(op);
-    op.strip_suffix("Dataset").unwrap_or(op).to_string()
-}
-
-/// The op class of a `...::FooDatasetOp::Dataset::...::GetNextInternal`
-/// frame: `Foo`.
-pub(crate) fn getnext_class(frame: &str) -> Option<String> {
-    let at = frame.find("::GetNextInternal")?;
-    let head = &frame[..at];
-    let ds = head.find("DatasetOp::")?;
-    let start = head[..ds].rfind("::").map(|i| i + 2).unwrap_or(0);
-    Some(head[start..ds].to_string())
-}
-
-/// Frames of the lock, GIL and syscall machinery itself: the waiting
-/// function is the first frame outside them.
-fn is_wait_machinery(frame: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "absl::",
-        "AbslInternal",
-        "take_gil",
-        "PyEval_",
-        "PyGILState_",
-        "pthread_",
-        "__pthread",
-        "___pthread",
-        "__GI_",
-        "__futex",
-        "futex",
-        "syscall",
-        "tsl::mutex",
-        "tsl::condition_variable",
-        "tensorflow::mutex",
-        "tensorflow::condition_variable",
-        "std::condition_variable",
-        "[unknown]",
-    ];
-    PREFIXES.iter().any(|p| frame.starts_with(p))
-}
-
-/// A demangled name without its parameter list.
-fn strip_params(frame: &str) -> String {
-    let mut depth = 0i32;
-    let b = frame.as_bytes();
-    for (i, &c) in b.iter().enumerate() {
-        match c {
-            b'<' => depth += 1,
-            b'>' => depth -= 1,
-            b'(' if depth == 0 && !frame[i..].starts_with("(anonymous namespace)") => {
-                return frame[..i].to_string();
-            }
-            _ => {}
-        }
-    }
-    frame.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1565,41 +1478,5 @@ mod tests {
         };
         assert!(short.fits(ms(0), 0));
         assert!(Schedule { duration: None }.fits(ms(3_600_000), 9));
-    }
-
-    #[test]
-    fn classes_match_model_names() {
-        assert_eq!(op_class_of_model("ParallelMapV2"), "ParallelMap");
-        assert_eq!(op_class_of_model("TFRecord"), "TFRecord");
-        assert_eq!(op_class_of_model("ForeverRepeat"), "Repeat");
-        assert_eq!(op_class_of_model("BatchV2"), "Batch");
-        assert_eq!(
-            getnext_class("tensorflow::data::TFRecordDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)"),
-            Some("TFRecord".into())
-        );
-        assert_eq!(
-            getnext_class("tensorflow::data::experimental::MapAndBatchDatasetOp::Dataset::Iterator::GetNextInternal(x)"),
-            Some("MapAndBatch".into())
-        );
-        assert_eq!(
-            getnext_class("tensorflow::data::model::Node::record_stop(long)"),
-            None
-        );
-    }
-
-    #[test]
-    fn sites_drop_parameters_and_machinery() {
-        assert_eq!(
-            strip_params(
-                "tensorflow::data::(anonymous namespace)::Foo<int (*)(long)>::Bar(int) const"
-            ),
-            "tensorflow::data::(anonymous namespace)::Foo<int (*)(long)>::Bar"
-        );
-        assert!(is_wait_machinery(
-            "absl::lts_20250814::Mutex::LockSlow(...)"
-        ));
-        assert!(!is_wait_machinery(
-            "tensorflow::PyFuncOp::Compute(tensorflow::OpKernelContext*)"
-        ));
     }
 }

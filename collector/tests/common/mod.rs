@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use plumber_collector::event::{
-    AttributionSample, Drop, Event, FileIo, LockSite, NodeCounters, NodeObservation, NodeRetired,
-    Poll, TargetInfo, ThreadObservation, WaitCounters,
+    AttributionSample, DropCount, Event, FileIo, LockSite, NodeCounters, NodeObservation,
+    NodeRetired, Poll, TargetInfo, ThreadObservation, WaitCounters,
 };
 
 pub const MONO0: u64 = 1_000_000_000_000;
@@ -120,7 +120,7 @@ pub fn drops(list: &[(&str, u64)]) -> Event {
     Event::Drops {
         drops: list
             .iter()
-            .map(|(w, n)| Drop {
+            .map(|(w, n)| DropCount {
                 what: w.to_string(),
                 count: *n,
             })

@@ -18,9 +18,11 @@ use thiserror::Error;
 use tracing::debug;
 
 use crate::layout::NodeLayout;
-use crate::sampler::RawSample;
 
+pub mod sample;
 pub mod types;
+
+use sample::RawSample;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/probe.skel.rs"));
@@ -78,7 +80,7 @@ impl Reaper {
         match std::thread::Builder::new()
             .name("plumber-reaper".into())
             .spawn(move || {
-                crate::record::leave_stop_signals_to_main();
+                crate::stop::leave_stop_signals_to_main();
                 rx.into_iter().for_each(drop)
             }) {
             Ok(thread) => Reaper {
@@ -111,7 +113,7 @@ fn close_apart<'scope>(scope: &'scope std::thread::Scope<'scope, '_>, link: Link
         .name("plumber-detach".into())
         .stack_size(64 * 1024);
     let close = move || {
-        crate::record::leave_stop_signals_to_main();
+        crate::stop::leave_stop_signals_to_main();
         drop(link)
     };
     // A thread that cannot start drops its closure, and so closes the

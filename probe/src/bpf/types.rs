@@ -277,6 +277,27 @@ impl IterStats {
     }
 }
 
+/// The flamegraphs' lock kind of an `enum pp_wait_kind`.
+pub fn lock_kind(kind: u32) -> plumber_collector::stacks::LockKind {
+    use plumber_collector::stacks::LockKind;
+    match kind as usize {
+        WAIT_LOCK => LockKind::Mutex,
+        WAIT_COND | WAIT_BLOCK => LockKind::Condvar,
+        WAIT_GIL => LockKind::Gil,
+        _ => LockKind::Futex,
+    }
+}
+
+/// A wait kind's name in lock-site rows.
+pub fn wait_kind_name(kind: u32) -> &'static str {
+    match kind as usize {
+        WAIT_LOCK => "mutex",
+        WAIT_COND | WAIT_BLOCK => "condvar",
+        WAIT_GIL => "gil",
+        _ => "futex",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

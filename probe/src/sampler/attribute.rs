@@ -15,7 +15,7 @@ use std::sync::Arc;
 use plumber_collector::stacks::{LockKind, OpRef, StackAggregator, ThreadInfo, Weight};
 
 use super::SampledStacks;
-use crate::usage::getnext_class;
+use crate::frames::getnext_class;
 
 /// What the rest of the recording knows about threads and ops.
 #[derive(Clone, Debug, Default)]
@@ -172,7 +172,7 @@ pub fn attribute(s: &SampledStacks, ctx: &StackContext) -> StackAggregator {
             &frames,
             wait_weight(
                 *kind,
-                crate::usage::lock_kind(*kind),
+                crate::bpf::types::lock_kind(*kind),
                 (ns as f64 * scale).round() as u64,
             ),
         );

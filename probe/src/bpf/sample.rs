@@ -1,4 +1,4 @@
-//! The sampler's BPF side (bpf/sample.bpf.c): loading it, one cpu-clock
+//! The stack sampler's BPF object (bpf/sample.bpf.c): loading it, one cpu-clock
 //! perf event per CPU running its program, and the ring-buffer record.
 
 use std::mem::MaybeUninit;
@@ -8,7 +8,18 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
 use perf_event_open_sys::bindings as perf;
 
-use super::SamplerError;
+/// What can fail in loading, attaching and reading the sampling program.
+#[derive(Debug, thiserror::Error)]
+pub enum SampleBpfError {
+    #[error("loading the stack-sampling BPF program: {0}")]
+    Load(libbpf_rs::Error),
+    #[error("perf_event_open(cpu-clock) on CPU {cpu}: {source}")]
+    PerfOpen { cpu: u32, source: std::io::Error },
+    #[error("attaching the sampling program on CPU {cpu}: {source}")]
+    Attach { cpu: u32, source: libbpf_rs::Error },
+    #[error("reading BPF map {0}: {1}")]
+    Map(&'static str, libbpf_rs::Error),
+}
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/sample.skel.rs"));
@@ -120,22 +131,22 @@ impl<'obj> SampleBpf<'obj> {
         obj: &'obj mut MaybeUninit<OpenObject>,
         pid: i32,
         hz: u32,
-    ) -> Result<Self, SamplerError> {
+    ) -> Result<Self, SampleBpfError> {
         let mut open = SampleSkelBuilder::default()
             .open(obj)
-            .map_err(SamplerError::Load)?;
+            .map_err(SampleBpfError::Load)?;
         let (ring, drain_every) = ring_plan(hz, online_cpus().len());
         open.maps
             .samples
             .set_max_entries(ring)
-            .map_err(SamplerError::Load)?;
-        let (pidns_dev, pidns_ino) = crate::bpf::own_pid_namespace();
+            .map_err(SampleBpfError::Load)?;
+        let (pidns_dev, pidns_ino) = super::own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target_tgid = pid as u32;
             ro.pidns_dev = pidns_dev;
             ro.pidns_ino = pidns_ino;
         }
-        let skel = open.load().map_err(SamplerError::Load)?;
+        let skel = open.load().map_err(SampleBpfError::Load)?;
         Ok(SampleBpf {
             skel,
             links: Vec::new(),
@@ -146,7 +157,7 @@ impl<'obj> SampleBpf<'obj> {
     /// Opens a cpu-clock event of period 1/hz on every online CPU and runs
     /// the program on each. Per CPU rather than per thread: threads the
     /// target starts later are sampled too, without following clone().
-    pub fn attach(&mut self, hz: u32) -> Result<usize, SamplerError> {
+    pub fn attach(&mut self, hz: u32) -> Result<usize, SampleBpfError> {
         let period = 1_000_000_000u64 / u64::from(hz.max(1));
         for cpu in online_cpus() {
             let mut attr = perf::perf_event_attr {
@@ -176,7 +187,7 @@ impl<'obj> SampleBpf<'obj> {
                 if e.raw_os_error() == Some(libc::ENODEV) {
                     continue;
                 }
-                return Err(SamplerError::PerfOpen { cpu, source: e });
+                return Err(SampleBpfError::PerfOpen { cpu, source: e });
             }
             match self.skel.progs.sample.attach_perf_event(fd) {
                 // The link owns the fd from now on and closes it.
@@ -184,7 +195,7 @@ impl<'obj> SampleBpf<'obj> {
                 Err(source) => {
                     // SAFETY: fd is ours (just opened, not handed over).
                     unsafe { libc::close(fd) };
-                    return Err(SamplerError::Attach { cpu, source });
+                    return Err(SampleBpfError::Attach { cpu, source });
                 }
             }
         }
@@ -197,9 +208,9 @@ impl<'obj> SampleBpf<'obj> {
     }
 
     /// The drop counters, summed over CPUs, in [`DROP_NAMES`] order.
-    pub fn drops(&self) -> Result<Vec<u64>, SamplerError> {
+    pub fn drops(&self) -> Result<Vec<u64>, SampleBpfError> {
         crate::bpf::percpu_counters(&self.skel.maps.sample_drops, DROP_NAMES.len())
-            .map_err(|e| SamplerError::Map("sample_drops", e))
+            .map_err(|e| SampleBpfError::Map("sample_drops", e))
     }
 
     /// A kernel stack recorded by the program (innermost first).
