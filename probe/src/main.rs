@@ -1,9 +1,9 @@
 //! plumber-probe: attach to a running TensorFlow job and find what holds its
 //! tf.data input pipeline back.
 
-mod attach;
 mod bpf;
 mod clock;
+mod derive;
 mod errors;
 mod flamegraph_cmd;
 mod frames;
@@ -265,7 +265,7 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
 
 fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {
     let target = target::Target::open(pid)?;
-    let (derived, cache_hit) = attach::derive(&target)?;
+    let (derived, cache_hit) = derive::derive(&target)?;
     let v = serde_json::json!({
         "pid": pid,
         "tensorflow_version": target.tensorflow_version,

@@ -16,9 +16,9 @@ use plumber_collector::event::{
 use plumber_collector::opnames;
 use tracing::{debug, info, warn};
 
-use crate::attach::{self, Derived};
 use crate::bpf::{self, Bpf, RetiredEvent, DROP_NAMES};
 use crate::clock::now_ns;
+use crate::derive::{self, Derived};
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
 use crate::model::{stable_path, ModelReader};
@@ -243,7 +243,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         0 => None,
         hz => Some(Sampler::spawn(opts.pid, hz)),
     };
-    let (derived, cache_hit) = attach::derive(&target)?;
+    let (derived, cache_hit) = derive::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
         (ModeChoice::Uprobes, _) => false,
         (_, Some(_)) => true,

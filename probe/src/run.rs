@@ -25,8 +25,8 @@ use plumber_collector::event::{
 };
 use tracing::{debug, info, warn};
 
-use crate::attach::{self, Derived};
 use crate::clock::now_ns;
+use crate::derive::{self, Derived};
 use crate::errors::{self, one_line};
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
@@ -314,7 +314,7 @@ fn record_child(
         return Ok(None);
     };
     info!(pid, tf = %target.tensorflow_version, "TensorFlow loaded");
-    let (derived, cache_hit) = attach::derive(&target)?;
+    let (derived, cache_hit) = derive::derive(&target)?;
     let Some(layout) = derived.node else {
         bail!(
             "cannot read TensorFlow's autotune model in this build: {}",

@@ -1,4 +1,6 @@
-//! On-CPU stack sampling of the target (issue 5, the on-line half).
+//! On-CPU stack sampling of the target: a worker thread drains the
+//! sampler BPF object, unwinds each user stack with the libraries' CFI and
+//! names its frames.
 //!
 //! A cpu-clock perf event per CPU runs bpf/sample.bpf.c at `--sample-hz`;
 //! for the target's threads it sends the user registers and a copy of the

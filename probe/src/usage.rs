@@ -1,5 +1,5 @@
 //! Per-thread CPU, waits and file I/O of the target, and the evidence that
-//! ties them to pipeline ops (issue 4). The BPF side counts; this module
+//! ties them to pipeline ops. The BPF side counts; this module
 //! turns its maps and ring buffer into collector events at every poll.
 //!
 //! Attribution: TensorFlow calls `model::Node::record_stop(node)` on every
@@ -44,10 +44,10 @@ use plumber_collector::event::{
 use plumber_collector::opnames;
 use tracing::{debug, info, warn};
 
-use crate::attach::{self, Derived, ProbePoint};
 use crate::bpf::sample::RawSample;
 use crate::bpf::types::{self as bt, lock_kind, wait_kind_name, Waits};
 use crate::bpf::{self, Bpf, IoEvent, SiteKey, WaitProbe};
+use crate::derive::{self, Derived, ProbePoint};
 use crate::frames::{getnext_class, is_wait_machinery, op_class_of_model, strip_params};
 use crate::mem::Memory;
 use crate::sink::EventSink;
@@ -323,7 +323,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if let Some(p) = &derived.mutex_slow {
             wait_points.push((WaitProbe::Mutex, p.clone(), "absl::Mutex::LockSlow"));
         }
-        match attach::gil_probe(target) {
+        match derive::gil_probe(target) {
             Some((p, name)) => wait_points.push((WaitProbe::Gil, p, name)),
             None => {
                 warn!("no CPython GIL function found in the target: GIL waits are not measured")
@@ -1383,7 +1383,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
 /// libc, or a failed attach) the file syscalls' tracepoints, which cost every
 /// syscall of the machine a little while attached.
 fn attach_file_io(bpf: &Bpf<'_>, target: &Target) -> Result<Vec<Link>> {
-    match attach::libc_io_probes(target) {
+    match derive::libc_io_probes(target) {
         Some((lib, points)) => match bpf.attach_libc_io(&lib, &points) {
             Ok(links) => {
                 debug!(probes = links.len(), "libc file probes attached");

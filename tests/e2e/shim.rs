@@ -1,4 +1,4 @@
-//! `plumber-probe run` (issue 6): no root, the LD_PRELOAD shim. Everything
+//! `plumber-probe run`: no root, the LD_PRELOAD shim. Everything
 //! here runs as an unprivileged user (uid/gid 65534, no groups), against
 //! what the workloads count and compute themselves.
 

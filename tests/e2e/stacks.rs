@@ -1,4 +1,4 @@
-//! Stack sampling and the flamegraph outputs of a recording (issue 5):
+//! Stack sampling and the flamegraph outputs of a recording:
 //! the sampled stacks are unwound through code without frame pointers
 //! (TensorFlow, glibc, libjpeg-turbo's SIMD assembly) to the thread's entry
 //! point and land under the op the thread works for.

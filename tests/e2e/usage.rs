@@ -1,4 +1,4 @@
-//! Per-op CPU time, file I/O and lock/GIL waits (issue 4), against what the
+//! Per-op CPU time, file I/O and lock/GIL waits, against what the
 //! workloads and the kernel say themselves.
 
 use std::path::Path;

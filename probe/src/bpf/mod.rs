@@ -405,9 +405,9 @@ impl<'obj> Bpf<'obj> {
     pub fn attach_libc_io(
         &self,
         lib: &Path,
-        points: &[crate::attach::LibcIoPoint],
+        points: &[crate::derive::LibcIoPoint],
     ) -> Result<Vec<Link>, BpfError> {
-        use crate::attach::LibcIo;
+        use crate::derive::LibcIo;
         let p = &self.skel.progs;
         // One warm-up for all: the reaper removes them one at a time, ~0.1 s
         // each, and one per probe (23 on glibc 2.36) kept it busy for the

@@ -1,4 +1,5 @@
-//! Everything needed to observe one TensorFlow build, derived from the
+//! Derives, at attach time, everything needed to observe one TensorFlow
+//! build (object layouts, probe points, symbols) from the
 //! target's own libraries and cached by their build ids (the symbol index of
 //! the 0.8 GB libtensorflow_cc costs about a second to build).
 
