@@ -13,6 +13,7 @@ mod model;
 mod output;
 mod progress;
 mod record;
+mod recording;
 mod run;
 mod sampler;
 /// The shared-memory layout of the LD_PRELOAD shim; the shim compiles the
@@ -22,6 +23,7 @@ mod sampler;
 #[path = "../../shim/src/abi.rs"]
 mod shim_abi;
 mod sink;
+mod sources;
 mod stop;
 mod symbols;
 mod target;

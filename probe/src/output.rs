@@ -10,7 +10,7 @@ use plumber_collector::statsfile;
 use tracing::warn;
 
 use crate::errors::usage;
-use crate::record::Recording;
+use crate::recording::Recording;
 
 pub fn prepare_dir(dir: &Path) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
@@ -40,7 +40,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// The flamegraph outputs of a recording's stack samples (cpu.folded,
 /// cpu.svg, ..., profile.pb.gz, trace.json). A failure here loses only
 /// these files, so it is reported and the recording's other outputs stand.
-fn write_stacks(out: &Path, st: &crate::record::StackRecording) {
+fn write_stacks(out: &Path, st: &crate::recording::StackRecording) {
     use plumber_analyzer::flamegraph::{write_stack_outputs, StackOutputOptions};
     let mut opts = StackOutputOptions::default();
     opts.pprof.time_nanos = st.start_wall_ns as i64;

@@ -162,6 +162,32 @@ impl Target {
         })
     }
 
+    /// The target as a recording describes it; `mode`: how the pipeline
+    /// is read.
+    pub fn info(&self, mode: &str) -> plumber_collector::event::TargetInfo {
+        let mem = fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kb = |key: &str| {
+            mem.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        plumber_collector::event::TargetInfo {
+            pid: self.pid as i64,
+            tensorflow_version: self.tensorflow_version.clone(),
+            libraries: self.libraries(),
+            mode: mode.to_string(),
+            num_cores: std::thread::available_parallelism()
+                .map(|n| n.get() as i64)
+                .unwrap_or(1),
+            memory_total: kb("MemTotal:"),
+            memory_free: kb("MemAvailable:"),
+            not_measured: Vec::new(),
+        }
+    }
+
     pub fn libraries(&self) -> Vec<String> {
         let mut v = vec![self.framework.path.clone()];
         if let Some(cc) = &self.cc {
