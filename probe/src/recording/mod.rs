@@ -17,9 +17,9 @@ use crate::clock::now_ns;
 use crate::progress::Progress;
 use crate::sink::EventSink;
 use crate::stop::{sleep_interval, STOP};
-use crate::target;
+use crate::target::{self, Target};
 
-pub use walk::{ModelWalk, NoModel, NO_MODEL};
+pub use walk::{await_iterators, Discovery, ModelWalk, NoModel, NO_MODEL};
 
 /// A finished recording: the observations and how the window ended.
 pub struct Recording {
@@ -83,12 +83,26 @@ pub struct Round {
 /// `interval` (during which `tick` runs). After the last round:
 /// `drain_retired` and `finish`.
 pub trait Source {
-    /// The target process (its CPU time goes with each poll).
-    fn pid(&self) -> i32;
+    /// The target process.
+    fn target(&self) -> &Target;
+    /// How the pipeline is read (`mode` in the outputs).
+    fn mode(&self) -> &'static str;
+    /// The target's PID (its CPU time goes with each poll).
+    fn pid(&self) -> i32 {
+        self.target().pid
+    }
     /// The target as the recording describes it (first event).
-    fn target_info(&self) -> TargetInfo;
+    fn target_info(&self) -> TargetInfo {
+        self.target().info(self.mode())
+    }
     /// Whether the target still runs.
-    fn alive(&mut self) -> bool;
+    fn alive(&mut self) -> bool {
+        target::alive(self.pid())
+    }
+    /// The autotune model's walk, for the sources that read the model.
+    fn walk(&mut self) -> Option<&mut ModelWalk> {
+        None
+    }
     /// Finds the pipeline when it is not known yet. An error before the
     /// window started fails the recording; after it, the recording ends.
     fn prepare(&mut self, round: &Round) -> Result<Prepared> {
@@ -96,11 +110,16 @@ pub trait Source {
         Ok(Prepared::Ready)
     }
     /// The pipeline's nodes now, root first; empty when it is gone.
-    fn nodes(&mut self) -> Result<Vec<NodeObservation>>;
+    fn nodes(&mut self) -> Result<Vec<NodeObservation>> {
+        Ok(self.walk().map(ModelWalk::nodes).unwrap_or_default())
+    }
     /// No nodes this round and no stop: what to do before the next round
-    /// (forget the pipeline, give up waiting, pause).
+    /// (forget the pipeline's iterators, give up waiting, pause).
     fn idle(&mut self, round: &Round) -> Result<()> {
         let _ = round;
+        if let Some(w) = self.walk() {
+            w.forget_iterators();
+        }
         Ok(())
     }
     /// Moves the final counters of nodes that died since the last call

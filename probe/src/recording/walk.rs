@@ -4,6 +4,8 @@
 //! iterators behind parallel ops (their parallelism knob).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use plumber_collector::event::{DropCount, NodeObservation};
 use tracing::{debug, info};
@@ -11,6 +13,7 @@ use tracing::{debug, info};
 use crate::layout::{IteratorLayout, NodeLayout};
 use crate::mem::Memory;
 use crate::model::{busiest_root, fill_parallelism, ModelReader};
+use crate::stop::STOP;
 
 /// The pipeline runs but has no autotune model (autotune disabled): its
 /// iterators have no model node.
@@ -19,6 +22,46 @@ use crate::model::{busiest_root, fill_parallelism, ModelReader};
 pub struct NoModel;
 pub const NO_MODEL: &str =
     "the pipeline's iterators have no autotune model node (is autotune disabled?)";
+
+/// How a discovery ended.
+pub enum Discovery {
+    /// The iterators seen (address, GetNext calls).
+    Found(Vec<(u64, u64)>),
+    /// A stopping signal (`signal`) or the target's exit came first.
+    Stopped { signal: bool },
+    /// Nothing ran within the timeout.
+    TimedOut,
+}
+
+/// Waits for the pipeline to run: polls `seen` (the iterators a source's
+/// discovery hook has seen so far) until one is seen, then 150 ms more, so
+/// that every busy iterator has been called; the hook costs the target
+/// about a microsecond per call meanwhile. `alive`: the target still runs.
+pub fn await_iterators(
+    mut seen: impl FnMut() -> anyhow::Result<Vec<(u64, u64)>>,
+    mut alive: impl FnMut() -> bool,
+    timeout: Option<Duration>,
+) -> anyhow::Result<Discovery> {
+    let t0 = Instant::now();
+    let mut first_hit: Option<Instant> = None;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let signal = STOP.load(Ordering::SeqCst);
+        if signal || !alive() {
+            return Ok(Discovery::Stopped { signal });
+        }
+        let now = seen()?;
+        if !now.is_empty() && first_hit.is_none() {
+            first_hit = Some(Instant::now());
+        }
+        if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
+            return Ok(Discovery::Found(now));
+        }
+        if timeout.is_some_and(|t| t0.elapsed() > t) {
+            return Ok(Discovery::TimedOut);
+        }
+    }
+}
 
 pub struct ModelWalk {
     mem: Memory,

@@ -5,25 +5,21 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use libbpf_rs::{Link, RingBuffer};
-use plumber_collector::event::{
-    DropCount, Event, NodeCounters, NodeObservation, NodeRetired, TargetInfo,
-};
+use plumber_collector::event::{DropCount, Event, NodeCounters, NodeObservation, NodeRetired};
 use tracing::{debug, warn};
 
 use super::attached::{Attached, UsageSide};
 use crate::bpf::{self, RetiredEvent};
 use crate::errors::one_line;
 use crate::layout::NodeLayout;
-use crate::recording::{ModelWalk, NoModel, Prepared, Round, Source};
+use crate::recording::{await_iterators, Discovery, ModelWalk, NoModel, Prepared, Round, Source};
 use crate::sampler::StackContext;
 use crate::sink::EventSink;
-use crate::stop::STOP;
-use crate::target;
+use crate::target::{self, Target};
 
 /// Default poll interval while reading the model. Its counters are
 /// cumulative and nodes that die between polls are caught as they go
@@ -95,50 +91,39 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
         bpf.clear_seen_iterators();
         let getnext = &self.at.derived.getnext;
         let link = bpf.attach_discovery(&getnext.lib, getnext.file_offset)?;
-        let t0 = Instant::now();
-        let mut first_hit: Option<Instant> = None;
-        loop {
-            std::thread::sleep(Duration::from_millis(20));
-            let stopped = STOP.load(Ordering::SeqCst);
-            if stopped || !target::alive(pid) {
-                bpf.detach([link]);
-                if stopped {
-                    bail!("interrupted before the pipeline produced an element");
-                }
-                bail!("target process {pid} exited before its pipeline produced an element");
+        let found = await_iterators(
+            || Ok(bpf.seen_iterators()?),
+            || target::alive(pid),
+            Some(self.discovery_timeout),
+        );
+        bpf.detach([link]);
+        match found? {
+            Discovery::Found(iters) => Ok(iters),
+            Discovery::Stopped { signal: true } => {
+                bail!("interrupted before the pipeline produced an element")
             }
-            let seen = bpf.seen_iterators()?;
-            if !seen.is_empty() && first_hit.is_none() {
-                first_hit = Some(Instant::now());
+            Discovery::Stopped { signal: false } => {
+                bail!("target process {pid} exited before its pipeline produced an element")
             }
-            // A short while after the first hit every busy iterator has
-            // been called; the probe costs about a microsecond per call.
-            if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
-                bpf.detach([link]);
-                return Ok(seen);
-            }
-            if t0.elapsed() > self.discovery_timeout {
-                bpf.detach([link]);
-                bail!(
-                    "no tf.data iterator of process {pid} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated)",
-                    self.discovery_timeout.as_secs_f64()
-                );
-            }
+            Discovery::TimedOut => bail!(
+                "no tf.data iterator of process {pid} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated)",
+                self.discovery_timeout.as_secs_f64()
+            ),
         }
     }
 }
 
 impl Source for ModelSource<'_, '_, '_> {
-    fn pid(&self) -> i32 {
-        self.at.target.pid
+    fn target(&self) -> &Target {
+        self.at.target
     }
 
-    fn target_info(&self) -> TargetInfo {
-        self.at.target.info("model")
+    fn mode(&self) -> &'static str {
+        "model"
     }
 
-    fn alive(&mut self) -> bool {
-        target::alive(self.at.target.pid)
+    fn walk(&mut self) -> Option<&mut ModelWalk> {
+        Some(&mut self.walk)
     }
 
     fn prepare(&mut self, _round: &Round) -> Result<Prepared> {
@@ -149,15 +134,6 @@ impl Source for ModelSource<'_, '_, '_> {
             }
         }
         Ok(Prepared::Ready)
-    }
-
-    fn nodes(&mut self) -> Result<Vec<NodeObservation>> {
-        Ok(self.walk.nodes())
-    }
-
-    fn idle(&mut self, _round: &Round) -> Result<()> {
-        self.walk.forget_iterators();
-        Ok(())
     }
 
     /// Moves retired-node events into the sink; an event whose node could

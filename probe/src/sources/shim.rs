@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::process::Child;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use plumber_collector::event::{
@@ -21,10 +21,11 @@ use tracing::warn;
 use crate::derive::Derived;
 use crate::layout::NodeLayout;
 use crate::mem::Memory;
-use crate::recording::{ModelWalk, Prepared, Round, Source, Stop, NO_MODEL};
+use crate::recording::{
+    await_iterators, Discovery, ModelWalk, Prepared, Round, Source, Stop, NO_MODEL,
+};
 use crate::shim_abi as abi;
 use crate::sink::EventSink;
-use crate::stop::STOP;
 use crate::target::{self, Target};
 use crate::threads::{self, NameRegistry};
 
@@ -94,7 +95,7 @@ impl<'a> ShimSource<'a> {
     /// Asks the shim for the iterators that run, until the pipeline runs
     /// (no timeout: the command may take long to start training), then
     /// about 150 ms more. `None` when the command ended or we were stopped.
-    fn discover(&mut self) -> Option<Vec<(u64, u64)>> {
+    fn discover(&mut self) -> Result<Discovery> {
         let h = self.h;
         h.discover.store(0, Ordering::SeqCst);
         for s in &h.iters {
@@ -102,30 +103,22 @@ impl<'a> ShimSource<'a> {
             s.calls.store(0, Ordering::Relaxed);
         }
         h.discover.store(1, Ordering::SeqCst);
-        let mut first_hit: Option<Instant> = None;
-        let seen = loop {
-            std::thread::sleep(Duration::from_millis(20));
-            if STOP.load(Ordering::SeqCst) || !self.alive() {
-                h.discover.store(0, Ordering::SeqCst);
-                return None;
-            }
-            let any = h.iters.iter().any(|s| s.this.load(Ordering::Relaxed) != 0);
-            if any && first_hit.is_none() {
-                first_hit = Some(Instant::now());
-            }
-            if first_hit.is_some_and(|t| t.elapsed() >= Duration::from_millis(150)) {
-                h.discover.store(0, Ordering::SeqCst);
-                break h
-                    .iters
+        let (child, pid) = (&mut *self.child, self.pid);
+        let found = await_iterators(
+            || {
+                Ok(h.iters
                     .iter()
                     .filter_map(|s| {
                         let it = s.this.load(Ordering::Acquire);
                         (it != 0).then(|| (it, s.calls.load(Ordering::Relaxed)))
                     })
-                    .collect();
-            }
-        };
-        Some(seen)
+                    .collect())
+            },
+            || !exited(child) && target::alive(pid),
+            None,
+        );
+        h.discover.store(0, Ordering::SeqCst);
+        found
     }
 
     /// Moves complete retired records from the ring into the sink. Returns
@@ -312,12 +305,20 @@ impl<'a> ShimSource<'a> {
 }
 
 impl Source for ShimSource<'_> {
-    fn pid(&self) -> i32 {
-        self.pid
+    fn target(&self) -> &Target {
+        self.target
+    }
+
+    fn mode(&self) -> &'static str {
+        "model"
+    }
+
+    fn walk(&mut self) -> Option<&mut ModelWalk> {
+        Some(&mut self.walk)
     }
 
     fn target_info(&self) -> TargetInfo {
-        let mut info = self.target.info("model");
+        let mut info = self.target.info(self.mode());
         info.not_measured = NOT_MEASURED.iter().map(|m| m.to_string()).collect();
         info
     }
@@ -330,12 +331,12 @@ impl Source for ShimSource<'_> {
         if self.walk.has_root() {
             return Ok(Prepared::Ready);
         }
-        let Some(iters) = self.discover() else {
-            return Ok(Prepared::End(if STOP.load(Ordering::SeqCst) {
-                Stop::Signal
-            } else {
-                Stop::TargetExited
-            }));
+        let iters = match self.discover()? {
+            Discovery::Found(iters) => iters,
+            Discovery::Stopped { signal: true } => return Ok(Prepared::End(Stop::Signal)),
+            Discovery::Stopped { signal: false } | Discovery::TimedOut => {
+                return Ok(Prepared::End(Stop::TargetExited))
+            }
         };
         if self.walk.find_root(iters) {
             return Ok(Prepared::Ready);
@@ -346,15 +347,6 @@ impl Source for ShimSource<'_> {
             warn!("{NO_MODEL}; still looking");
         }
         Ok(Prepared::Again)
-    }
-
-    fn nodes(&mut self) -> Result<Vec<NodeObservation>> {
-        Ok(self.walk.nodes())
-    }
-
-    fn idle(&mut self, _round: &Round) -> Result<()> {
-        self.walk.forget_iterators();
-        Ok(())
     }
 
     fn drain_retired(&mut self, sink: &mut EventSink) -> Result<()> {

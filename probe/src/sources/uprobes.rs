@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use libbpf_rs::Link;
-use plumber_collector::event::{DropCount, NodeCounters, NodeObservation, TargetInfo};
+use plumber_collector::event::{DropCount, NodeCounters, NodeObservation};
 use plumber_collector::opnames;
 
 use super::attached::{Attached, UsageSide};
@@ -16,7 +16,7 @@ use crate::model::stable_path;
 use crate::recording::{Round, Source};
 use crate::sampler::StackContext;
 use crate::sink::EventSink;
-use crate::target;
+use crate::target::Target;
 
 /// Default poll interval of the uprobes fallback: an iterator's counts are
 /// only kept once a poll has read its name, so iterators that live less
@@ -77,16 +77,12 @@ impl<'s, 'a, 'obj> UprobesSource<'s, 'a, 'obj> {
 }
 
 impl Source for UprobesSource<'_, '_, '_> {
-    fn pid(&self) -> i32 {
-        self.at.target.pid
+    fn target(&self) -> &Target {
+        self.at.target
     }
 
-    fn target_info(&self) -> TargetInfo {
-        self.at.target.info("uprobes")
-    }
-
-    fn alive(&mut self) -> bool {
-        target::alive(self.at.target.pid)
+    fn mode(&self) -> &'static str {
+        "uprobes"
     }
 
     fn nodes(&mut self) -> Result<Vec<NodeObservation>> {
