@@ -25,6 +25,7 @@ pub mod statsfile;
 pub mod table;
 mod threads;
 pub mod topology;
+pub mod totals;
 mod usage;
 pub mod window;
 
