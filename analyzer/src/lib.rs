@@ -49,7 +49,7 @@ pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
 pub use input::{MachineFigures, OpInput, PipelineInput};
 pub use load::{load_file, load_snapshot};
-pub use output::{render_all, render_json, write_atomic, write_outputs, OutputPaths, Rendered};
+pub use output::{render_all, render_json, write_outputs, OutputPaths, Rendered};
 pub use render_dot::render_dot;
 pub use render_svg::render_svg;
 pub use render_text::render_text;

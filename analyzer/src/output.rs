@@ -2,7 +2,6 @@
 //! is written to a temporary name in the same directory and renamed, so a
 //! reader never sees half a report.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::analysis::Analysis;
@@ -94,22 +93,8 @@ pub fn write_outputs(dir: &Path, a: &Analysis) -> Result<OutputPaths, AnalyzeErr
     Ok(paths)
 }
 
-/// Writes `path` via a temporary file in the same directory and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AnalyzeError> {
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "output".into());
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(AnalyzeError::io(path, e));
-    }
-    Ok(())
+/// Writes one output with the collector's atomic writer.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AnalyzeError> {
+    plumber_collector::atomic::write_atomic(path, bytes)
+        .map_err(|e| AnalyzeError::io(e.path, e.source))
 }

@@ -11,6 +11,7 @@
 //!    attribution)                                 '--table---> text table
 //! ```
 
+pub mod atomic;
 pub mod attribution;
 pub mod event;
 pub mod eventfile;

@@ -36,31 +36,4 @@ pub use pprof::{build_profile, encode_profile_gz, write_pprof, PprofOptions, SAM
 pub use sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
 pub use trace::{render_trace_json, write_trace_json, Span, TraceOptions, TraceSummary};
 
-use std::path::Path;
-
-/// Writes `bytes` to `path` through a temporary file in the same directory
-/// and a rename, so a reader never sees half a file (the analyzer writes
-/// the SVGs with it too).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StacksError> {
-    let werr = |source| StacksError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(path.file_name().unwrap_or_default());
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        // Best effort: the temporary file is ours and useless now.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(werr(e));
-    }
-    tracing::debug!(path = %path.display(), bytes = bytes.len(), "wrote");
-    Ok(())
-}
+pub use crate::atomic::write_atomic;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use plumber_collector::atomic::write_atomic;
 use plumber_collector::statsfile;
 use tracing::warn;
 
@@ -27,14 +28,6 @@ pub fn prepare_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("output directory {} is not writable", dir.display()))?;
     let _ = fs::remove_file(probe);
     Ok(())
-}
-
-/// Writes `path` through a temporary file and a rename, so a reader never
-/// sees half a file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The flamegraph outputs of a recording's stack samples (cpu.folded,

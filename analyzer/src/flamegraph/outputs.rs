@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use plumber_collector::stacks::{
     folded_lines, write_atomic, write_pprof, write_trace_json, FoldedKind, PprofOptions, Span,
-    StackAggregator, TraceOptions, TraceSummary,
+    StackAggregator, StacksError, TraceOptions, TraceSummary,
 };
 
 use super::{render_lines, FlameError, FlameOptions};
@@ -42,10 +42,10 @@ pub fn write_stack_outputs(
     opts: &StackOutputOptions,
 ) -> Result<StackOutputs, FlameError> {
     std::fs::create_dir_all(dir).map_err(|source| {
-        plumber_collector::stacks::StacksError::Write {
+        StacksError::Write(plumber_collector::atomic::WriteError {
             path: dir.to_path_buf(),
             source,
-        }
+        })
     })?;
     let folded: Vec<(FoldedKind, Vec<String>)> = FoldedKind::ALL
         .into_iter()
@@ -87,12 +87,12 @@ pub fn write_stack_outputs(
             text.push_str(l);
             text.push('\n');
         }
-        write_atomic(&path, text.as_bytes())?;
+        write_atomic(&path, text.as_bytes()).map_err(StacksError::from)?;
         out.folded.push(path);
     }
     for (k, svg) in rendered {
         let path = dir.join(k.svg_file());
-        write_atomic(&path, svg?.as_bytes())?;
+        write_atomic(&path, svg?.as_bytes()).map_err(StacksError::from)?;
         out.svg.push(path);
     }
     out.profile = dir.join("profile.pb.gz");

@@ -253,7 +253,10 @@ pub fn write_folded(
     agg: &StackAggregator,
     kind: FoldedKind,
 ) -> Result<(), StacksError> {
-    super::write_atomic(path.as_ref(), folded_text(agg, kind).as_bytes())
+    Ok(super::write_atomic(
+        path.as_ref(),
+        folded_text(agg, kind).as_bytes(),
+    )?)
 }
 
 #[cfg(test)]

@@ -241,5 +241,5 @@ pub fn write_pprof(
     opts: &PprofOptions,
 ) -> Result<(), StacksError> {
     let bytes = encode_profile_gz(&build_profile(agg, opts))?;
-    super::write_atomic(path.as_ref(), &bytes)
+    Ok(super::write_atomic(path.as_ref(), &bytes)?)
 }
