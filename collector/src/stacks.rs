@@ -14,6 +14,9 @@
 //! Span ----------------render_trace_json--> trace.json
 //! ```
 //!
+//! Everything here renders bytes; plumber-probe writes them (with
+//! [`crate::atomic`]).
+//!
 //! Identical stacks are aggregated before anything is rendered: inferno's
 //! time and memory grow with the number of distinct folded lines, not with
 //! their counts.
@@ -30,10 +33,8 @@ pub use aggregate::{LockWaits, Stack, StackAggregator, StackKey, Weights};
 pub use error::StacksError;
 pub use folded::{
     folded_lines, folded_text, is_gil_frame, lock_frame, op_root_frame, sanitize_frame,
-    thread_frame, write_folded, FoldedKind, GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
+    thread_frame, FoldedKind, GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
 };
-pub use pprof::{build_profile, encode_profile_gz, write_pprof, PprofOptions, SAMPLE_TYPES};
+pub use pprof::{build_profile, encode_profile_gz, PprofOptions, SAMPLE_TYPES};
 pub use sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
-pub use trace::{render_trace_json, write_trace_json, Span, TraceOptions, TraceSummary};
-
-pub use crate::atomic::write_atomic;
+pub use trace::{render_trace_json, Span, TraceOptions, TraceSummary};

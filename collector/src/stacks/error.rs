@@ -1,11 +1,9 @@
-//! Errors of the stack outputs. Every message is one line.
+//! Errors rendering the stack outputs. Every message is one line.
 
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum StacksError {
-    #[error(transparent)]
-    Write(#[from] crate::atomic::WriteError),
     #[error("compressing profile.pb.gz failed: {0}")]
     Gzip(std::io::Error),
     #[error("encoding trace.json failed: {0}")]
