@@ -185,38 +185,25 @@ impl<'de> Deserialize<'de> for NoNodes {
 }
 
 impl MeasuredReport {
-    /// The summary and the nodes, apart. Every field is named, so a field
-    /// added to the report must be placed here too.
+    /// The summary and the nodes, apart. The summary is built field by
+    /// field (the two types are one struct), so a field added to the
+    /// report is a compile error here until it is carried over.
     pub fn split_nodes(self) -> (MeasuredSummary, Vec<MeasuredNode>) {
-        let MeasuredReport {
-            target,
-            mode,
-            window,
-            nodes,
-            drops,
-            process_cpu_ns,
-            unattributed_cpu_ns,
-            non_pipeline_cpu_ns,
-            files,
-            threads,
-            lock_sites,
-            not_measured,
-        } = self;
         let summary = MeasuredReport {
-            target,
-            mode,
-            window,
+            target: self.target,
+            mode: self.mode,
+            window: self.window,
             nodes: NoNodes,
-            drops,
-            process_cpu_ns,
-            unattributed_cpu_ns,
-            non_pipeline_cpu_ns,
-            files,
-            threads,
-            lock_sites,
-            not_measured,
+            drops: self.drops,
+            process_cpu_ns: self.process_cpu_ns,
+            unattributed_cpu_ns: self.unattributed_cpu_ns,
+            non_pipeline_cpu_ns: self.non_pipeline_cpu_ns,
+            files: self.files,
+            threads: self.threads,
+            lock_sites: self.lock_sites,
+            not_measured: self.not_measured,
         };
-        (summary, nodes)
+        (summary, self.nodes)
     }
 }
 
