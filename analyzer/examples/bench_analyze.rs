@@ -7,7 +7,7 @@
 //! Prints the median over RUNS (default 11) of: decoding + validating the
 //! stats file, the analysis (model, LP, cache, prefetch, recommendations),
 //! rendering report.txt/report.json/pipeline.dot/pipeline.svg (`render_all`,
-//! as `write_outputs` does), and the total; then each output rendered alone.
+//! as `render_all` does), and the total; then each output rendered alone.
 //! Goal: total < 100 ms for 10,000 ops.
 
 use std::time::{Duration, Instant};

@@ -206,7 +206,7 @@ fn build_report(
     let g = m.graph();
     let t = m.elapsed_s;
     let cores = m.machine.cores;
-    let (summary, measured_nodes) = MeasuredSummary::split(measured);
+    let (summary, measured_nodes) = measured.split_nodes();
     // Each measured entry moves to the model node of its name (the first
     // entry of a name wins); the rest match no node.
     let index: HashMap<&str, usize> = g

@@ -1,7 +1,8 @@
 //! Flamegraph SVGs (cpu.svg, offcpu.svg, locks.svg, io.svg) from folded
-//! stacks, rendered with inferno, and [`write_stack_outputs`], which writes
-//! every stack output of a recording (folded, SVG, profile.pb.gz,
-//! trace.json) from its aggregated samples and op spans.
+//! stacks, rendered with inferno, and [`render_stack_outputs`], which
+//! renders every stack output of a recording (folded, SVG, profile.pb.gz,
+//! trace.json) from its aggregated samples and op spans, for the caller to
+//! write.
 //!
 //! Output is deterministic: inferno picks colours from a hash of the frame
 //! name (its `deterministic` option) instead of its random generator, the
@@ -17,7 +18,7 @@ use std::collections::HashMap;
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use plumber_collector::stacks::{folded_lines, FoldedKind, StackAggregator, StacksError};
 
-pub use outputs::{write_stack_outputs, StackOutputOptions, StackOutputs};
+pub use outputs::{render_stack_outputs, OutputFile, StackOutputOptions, StackOutputs};
 
 /// How to draw one flamegraph.
 #[derive(Clone, Debug, PartialEq, Eq)]

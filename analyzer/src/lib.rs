@@ -7,12 +7,14 @@
 //! pipeline.svg.
 //!
 //! ```no_run
-//! use plumber_analyzer::{analyze, load_file, write_outputs, MachineOverrides};
-//! # fn main() -> Result<(), plumber_analyzer::AnalyzeError> {
+//! use plumber_analyzer::{analyze, load_file, render_all, MachineOverrides};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let snapshot = load_file(std::path::Path::new("out/stats.pb"))?;
 //! let analysis = analyze(&snapshot, &MachineOverrides::default())?;
 //! print!("{}", plumber_analyzer::render_text(analysis.report_ref()));
-//! write_outputs(std::path::Path::new("out"), &analysis)?;
+//! for (name, bytes) in render_all(&analysis)?.files() {
+//!     std::fs::write(std::path::Path::new("out").join(name), bytes)?;
+//! }
 //! # Ok(()) }
 //! ```
 //!
@@ -49,7 +51,7 @@ pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
 pub use input::{MachineFigures, OpInput, PipelineInput};
 pub use load::{load_file, load_snapshot};
-pub use output::{render_all, render_json, write_atomic, write_outputs, OutputPaths, Rendered};
+pub use output::{render_all, render_json, Rendered};
 pub use render_dot::render_dot;
 pub use render_svg::render_svg;
 pub use render_text::render_text;

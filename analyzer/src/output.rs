@@ -1,23 +1,11 @@
-//! Writing report.txt, report.json, pipeline.dot and pipeline.svg. Each file
-//! is written to a temporary name in the same directory and renamed, so a
-//! reader never sees half a report.
-
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+//! Rendering report.txt, report.json, pipeline.dot and pipeline.svg. The
+//! analyzer writes no file: plumber-probe writes these through its one
+//! atomic writer.
 
 use crate::analysis::Analysis;
 use crate::error::AnalyzeError;
 use crate::report::Report;
 use crate::{render_dot, render_svg, render_text};
-
-/// Paths written by [`write_outputs`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputPaths {
-    pub report_txt: PathBuf,
-    pub report_json: PathBuf,
-    pub pipeline_dot: PathBuf,
-    pub pipeline_svg: PathBuf,
-}
 
 /// The report as pretty JSON (what report.json holds).
 pub fn render_json(a: &Analysis) -> Result<String, AnalyzeError> {
@@ -37,6 +25,19 @@ pub struct Rendered {
     pub report_json: String,
     pub pipeline_dot: String,
     pub pipeline_svg: String,
+}
+
+impl Rendered {
+    /// Each output's file name and contents, in the order they are written
+    /// (report.json first: what a script reads).
+    pub fn files(&self) -> [(&'static str, &[u8]); 4] {
+        [
+            ("report.json", self.report_json.as_bytes()),
+            ("report.txt", self.report_txt.as_bytes()),
+            ("pipeline.dot", self.pipeline_dot.as_bytes()),
+            ("pipeline.svg", self.pipeline_svg.as_bytes()),
+        ]
+    }
 }
 
 /// Renders report.txt, report.json, pipeline.dot and pipeline.svg, the
@@ -75,41 +76,4 @@ pub fn render_all(a: &Analysis) -> Result<Rendered, AnalyzeError> {
             pipeline_svg,
         })
     })
-}
-
-/// Writes the four outputs into `dir` (created if missing).
-pub fn write_outputs(dir: &Path, a: &Analysis) -> Result<OutputPaths, AnalyzeError> {
-    std::fs::create_dir_all(dir).map_err(|e| AnalyzeError::io(dir, e))?;
-    let out = render_all(a)?;
-    let paths = OutputPaths {
-        report_txt: dir.join("report.txt"),
-        report_json: dir.join("report.json"),
-        pipeline_dot: dir.join("pipeline.dot"),
-        pipeline_svg: dir.join("pipeline.svg"),
-    };
-    write_atomic(&paths.report_json, out.report_json.as_bytes())?;
-    write_atomic(&paths.report_txt, out.report_txt.as_bytes())?;
-    write_atomic(&paths.pipeline_dot, out.pipeline_dot.as_bytes())?;
-    write_atomic(&paths.pipeline_svg, out.pipeline_svg.as_bytes())?;
-    Ok(paths)
-}
-
-/// Writes `path` via a temporary file in the same directory and a rename.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), AnalyzeError> {
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "output".into());
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(AnalyzeError::io(path, e));
-    }
-    Ok(())
 }

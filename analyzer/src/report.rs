@@ -4,57 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use plumber_collector::report::{
-    MeasuredNode, MeasuredReport, ReportDrop, ReportFile, ReportLockSite, ReportThread, Target,
-    Window,
-};
+use plumber_collector::report::MeasuredNode;
+pub use plumber_collector::report::MeasuredSummary;
 use serde::{Deserialize, Serialize};
-
-/// The top-level measured fields: `MeasuredReport` less its `nodes`, which
-/// the analyzer's per-node entries embed instead. Keep in step with
-/// `MeasuredReport` (the names are the collector's).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct MeasuredSummary {
-    pub target: Target,
-    pub mode: String,
-    pub window: Window,
-    pub drops: Vec<ReportDrop>,
-    #[serde(default)]
-    pub process_cpu_ns: i64,
-    #[serde(default)]
-    pub unattributed_cpu_ns: i64,
-    #[serde(default)]
-    pub non_pipeline_cpu_ns: i64,
-    #[serde(default)]
-    pub files: Vec<ReportFile>,
-    #[serde(default)]
-    pub threads: Vec<ReportThread>,
-    #[serde(default)]
-    pub lock_sites: Vec<ReportLockSite>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub not_measured: Vec<String>,
-}
-
-impl MeasuredSummary {
-    pub fn split(m: MeasuredReport) -> (MeasuredSummary, Vec<MeasuredNode>) {
-        (
-            MeasuredSummary {
-                target: m.target,
-                mode: m.mode,
-                window: m.window,
-                drops: m.drops,
-                process_cpu_ns: m.process_cpu_ns,
-                unattributed_cpu_ns: m.unattributed_cpu_ns,
-                non_pipeline_cpu_ns: m.non_pipeline_cpu_ns,
-                files: m.files,
-                threads: m.threads,
-                lock_sites: m.lock_sites,
-                not_measured: m.not_measured,
-            },
-            m.nodes,
-        )
-    }
-}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Report {

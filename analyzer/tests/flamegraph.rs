@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 
 use plumber_analyzer::flamegraph::{
-    parse_folded, render_folded, render_stacks, write_stack_outputs, FlameOptions,
+    parse_folded, render_folded, render_stack_outputs, render_stacks, FlameOptions,
     StackOutputOptions,
 };
 use plumber_collector::stacks::synth::{demo_aggregator, demo_spans};
@@ -175,9 +175,7 @@ fn read(p: &Path) -> String {
 }
 
 #[test]
-fn write_stack_outputs_writes_every_file() {
-    let dir = std::env::temp_dir().join(format!("plumber-flame-out-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn render_stack_outputs_renders_every_file() {
     let agg = demo_aggregator();
     let opts = StackOutputOptions {
         trace: TraceOptions {
@@ -187,30 +185,49 @@ fn write_stack_outputs_writes_every_file() {
         },
         ..Default::default()
     };
-    let out = write_stack_outputs(&dir, &agg, &demo_spans(), &opts).expect("write");
-    assert_eq!(out.folded.len(), 4);
-    assert_eq!(out.svg.len(), 4);
+    let out = render_stack_outputs(&agg, &demo_spans(), &opts);
+    let names: Vec<&str> = out.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "cpu.folded",
+            "offcpu.folded",
+            "locks.folded",
+            "io.folded",
+            "cpu.svg",
+            "offcpu.svg",
+            "locks.svg",
+            "io.svg",
+            "profile.pb.gz",
+            "trace.json"
+        ]
+    );
+    let contents = |name: &str| -> String {
+        let f = out.files.iter().find(|f| f.name == name).expect(name);
+        let bytes = f.contents.as_ref().expect("rendered");
+        String::from_utf8(bytes.clone()).expect("UTF-8")
+    };
     // The same bytes as the goldens (rendered in parallel here).
     for kind in FoldedKind::ALL {
         let g = common::golden_dir("flame_demo");
         for f in [kind.folded_file(), kind.svg_file()] {
             assert!(
-                read(&dir.join(&f)) == read(&g.join(&f)),
+                contents(&f) == read(&g.join(&f)),
                 "{f} differs from its golden"
             );
         }
     }
-    assert!(std::fs::metadata(&out.profile).expect("profile").len() > 0);
+    let profile = out.files.iter().find(|f| f.name == "profile.pb.gz");
+    assert!(!profile
+        .expect("profile")
+        .contents
+        .as_ref()
+        .expect("gz")
+        .is_empty());
     assert_eq!(out.trace_summary.spans, demo_spans().len());
     let trace: serde_json::Value =
-        serde_json::from_str(&read(&out.trace)).expect("trace.json parses");
+        serde_json::from_str(&contents("trace.json")).expect("trace.json parses");
     assert!(trace["traceEvents"].is_array());
-    let leftovers = std::fs::read_dir(&dir)
-        .expect("dir")
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        .count();
-    assert_eq!(leftovers, 0);
     // Only what has weight gets an SVG.
     let mut cpu_only = plumber_collector::stacks::StackAggregator::new();
     cpu_only.add_parts(
@@ -219,10 +236,19 @@ fn write_stack_outputs_writes_every_file() {
         &["main"],
         plumber_collector::stacks::Weight::CpuNs(5),
     );
-    let dir2 = dir.join("cpu-only");
-    let out =
-        write_stack_outputs(&dir2, &cpu_only, &[], &StackOutputOptions::default()).expect("write");
-    assert_eq!(out.svg, vec![dir2.join("cpu.svg")]);
-    assert_eq!(read(&dir2.join("locks.folded")), "");
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = render_stack_outputs(&cpu_only, &[], &StackOutputOptions::default());
+    let svgs: Vec<&str> = out
+        .files
+        .iter()
+        .map(|f| f.name.as_str())
+        .filter(|n| n.ends_with(".svg"))
+        .collect();
+    assert_eq!(svgs, ["cpu.svg"]);
+    let locks = out.files.iter().find(|f| f.name == "locks.folded");
+    assert!(locks
+        .expect("locks.folded")
+        .contents
+        .as_ref()
+        .expect("text")
+        .is_empty());
 }

@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::path::Path;
-
 use plumber_analyzer::{
     analyze, analyze_input, render_dot, render_json, render_svg, render_text, Analysis,
     MachineOverrides, Report,
@@ -342,29 +340,20 @@ fn render_all_matches_each_renderer() {
 }
 
 #[test]
-fn write_outputs_writes_four_files() {
+fn rendered_files_in_write_order() {
     let a = analyze(
         &common::worked_example().snapshot(),
         &MachineOverrides::default(),
     )
     .expect("analyze");
-    let dir = std::env::temp_dir().join(format!("plumber-analyzer-out-{}", std::process::id()));
-    let paths = plumber_analyzer::write_outputs(&dir, &a).expect("write");
-    for p in [
-        &paths.report_txt,
-        &paths.report_json,
-        &paths.pipeline_dot,
-        &paths.pipeline_svg,
-    ] {
-        assert!(Path::new(p).metadata().expect("written").len() > 0);
-    }
-    let leftovers = std::fs::read_dir(&dir)
-        .expect("dir")
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
-        .count();
-    assert_eq!(leftovers, 0);
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = plumber_analyzer::render_all(&a).expect("render");
+    let names: Vec<&str> = out.files().iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        ["report.json", "report.txt", "pipeline.dot", "pipeline.svg"]
+    );
+    assert_eq!(out.files()[0].1, out.report_json.as_bytes());
+    assert!(out.files().iter().all(|(_, b)| !b.is_empty()));
 }
 
 #[test]

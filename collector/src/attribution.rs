@@ -27,104 +27,12 @@ use crate::fileio::{IoTracker, LockTracker};
 use crate::opnames;
 use crate::split::{split_exact, WaitKind};
 use crate::threads::{ThreadTracker, ThreadWindow};
-use crate::window::{OpTotals, Stamp};
+use crate::totals::{
+    CpuTotals, FileTotals, LockSiteTotals, OpTotals, Stamp, ThreadRole, ThreadTotals,
+};
 
 /// Model node name of the root iterator.
 const ROOT_MODEL_NAME: &str = "Root";
-
-/// What a thread does, from its name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ThreadRole {
-    /// `tf_data_private_threadpool`: runs the user functions of the
-    /// function-running ops.
-    UdfPool,
-    /// Other tf.data threads (`tf_data_*`, `dataset*`).
-    Pipeline,
-    /// Everything else: training step, Python, `tf_Compute`, Eigen, ...
-    NonPipeline,
-}
-
-impl ThreadRole {
-    pub fn from_name(name: &str) -> ThreadRole {
-        if name.starts_with("tf_data_private_threadpool") {
-            ThreadRole::UdfPool
-        } else if name.starts_with("tf_data") || name.starts_with("dataset") {
-            ThreadRole::Pipeline
-        } else {
-            ThreadRole::NonPipeline
-        }
-    }
-
-    /// Name used in stats.pb and report.json.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ThreadRole::UdfPool => "udf_pool",
-            ThreadRole::Pipeline => "pipeline",
-            ThreadRole::NonPipeline => "non_pipeline",
-        }
-    }
-}
-
-/// Where the CPU time of the target's threads went over the window, ns.
-/// All zero when the recording has no thread data.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuTotals {
-    /// The whole process (end - start of the polls' process CPU time).
-    pub process_cpu_ns: u64,
-    /// Σ over the threads seen.
-    pub threads_cpu_ns: u64,
-    /// Σ over the ops (`OpTotals::cpu_ns`).
-    pub pipeline_cpu_ns: u64,
-    /// Pipeline threads whose op is not known.
-    pub unattributed_cpu_ns: u64,
-    /// Outside the pipeline: the training step, Python, the consumer.
-    pub non_pipeline_cpu_ns: u64,
-}
-
-/// One thread over the window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ThreadTotals {
-    pub tid: u32,
-    pub name: String,
-    pub role: ThreadRole,
-    pub cpu_ns: u64,
-    pub waits: WaitCounters,
-    /// CPU ns per op path, largest first; with the two fields below it sums
-    /// to `cpu_ns`.
-    pub attributed: Vec<(String, u64)>,
-    pub unattributed_cpu_ns: u64,
-    pub non_pipeline_cpu_ns: u64,
-}
-
-/// One file over the window, summed over threads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FileTotals {
-    pub path: String,
-    /// Op the reads count for (empty: unattributed).
-    pub op_path: String,
-    pub bytes_read: u64,
-    pub reads: u64,
-    pub opens: u64,
-    pub read_ns: u64,
-    /// st_size, when the probe could read it.
-    pub size: Option<u64>,
-    /// Open-to-close reads that began and ended in the recording, and the
-    /// bytes read in them.
-    pub complete_sessions: u64,
-    pub complete_bytes: u64,
-}
-
-/// Blocking at one call site over the window, summed over threads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LockSiteTotals {
-    /// `mutex`, `condvar`, `gil` or `futex`.
-    pub kind: String,
-    pub site: String,
-    /// Op of the innermost `GetNextInternal` frame (empty: none).
-    pub op_path: String,
-    pub waits: u64,
-    pub wait_ns: u64,
-}
 
 /// What the attribution adds to a window result.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::attribution::{FileTotals, LockSiteTotals};
 use crate::event::{FileIo, LockSite};
+use crate::totals::{FileTotals, LockSiteTotals};
 
 #[derive(Clone, Debug, Default)]
 struct IoAcc {

@@ -11,6 +11,7 @@
 //!    attribution)                                 '--table---> text table
 //! ```
 
+pub mod atomic;
 pub mod attribution;
 pub mod event;
 pub mod eventfile;
@@ -25,6 +26,7 @@ pub mod statsfile;
 pub mod table;
 mod threads;
 pub mod topology;
+pub mod totals;
 mod usage;
 pub mod window;
 

@@ -103,14 +103,19 @@ pub struct ReportDrop {
     pub count: i64,
 }
 
+/// The measured report. Its nodes are `N`: the collector's report.json
+/// lists them (`Vec<MeasuredNode>`, the default); the analyzer's report
+/// embeds each one in its own node entries and keeps the rest as a
+/// [`MeasuredSummary`]. One struct for both, so the two cannot drift.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct MeasuredReport {
+pub struct MeasuredReport<N: NodeList = Vec<MeasuredNode>> {
     pub target: Target,
     /// How the data was obtained: `model` or `uprobes` (empty for a file
     /// written by Plumber's TensorFlow).
     pub mode: String,
     pub window: Window,
-    pub nodes: Vec<MeasuredNode>,
+    #[serde(skip_serializing_if = "NodeList::is_absent")]
+    pub nodes: N,
     pub drops: Vec<ReportDrop>,
     /// CPU time of the whole target over the window, ns (0: unknown).
     #[serde(default)]
@@ -135,6 +140,71 @@ pub struct MeasuredReport {
     /// one is made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_measured: Vec<String>,
+}
+
+/// The top-level measured fields without the nodes: what the analyzer's
+/// report.json holds at its top level.
+pub type MeasuredSummary = MeasuredReport<NoNodes>;
+
+/// What a [`MeasuredReport`] holds in its `nodes` field.
+pub trait NodeList {
+    /// True when the field is not written at all.
+    fn is_absent(&self) -> bool;
+}
+
+impl NodeList for Vec<MeasuredNode> {
+    fn is_absent(&self) -> bool {
+        false
+    }
+}
+
+/// No `nodes` field: neither written nor read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NoNodes;
+
+impl NodeList for NoNodes {
+    fn is_absent(&self) -> bool {
+        true
+    }
+}
+
+impl Serialize for NoNodes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Never reached: `is_absent` skips the field.
+        s.serialize_none()
+    }
+}
+
+impl<'de> Deserialize<'de> for NoNodes {
+    /// Accepts the field missing (serde reads a missing field as `none`)
+    /// or present, ignoring what it holds: in the analyzer's report.json
+    /// the `nodes` key belongs to the analyzer's own entries.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<serde::de::IgnoredAny>::deserialize(d).map(|_| NoNodes)
+    }
+}
+
+impl MeasuredReport {
+    /// The summary and the nodes, apart. The summary is built field by
+    /// field (the two types are one struct), so a field added to the
+    /// report is a compile error here until it is carried over.
+    pub fn split_nodes(self) -> (MeasuredSummary, Vec<MeasuredNode>) {
+        let summary = MeasuredReport {
+            target: self.target,
+            mode: self.mode,
+            window: self.window,
+            nodes: NoNodes,
+            drops: self.drops,
+            process_cpu_ns: self.process_cpu_ns,
+            unattributed_cpu_ns: self.unattributed_cpu_ns,
+            non_pipeline_cpu_ns: self.non_pipeline_cpu_ns,
+            files: self.files,
+            threads: self.threads,
+            lock_sites: self.lock_sites,
+            not_measured: self.not_measured,
+        };
+        (summary, self.nodes)
+    }
 }
 
 /// The report text's note on what was not measured (empty when nothing

@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::attribution::FileTotals;
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
@@ -20,8 +19,9 @@ use crate::proto::{
     AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NameAttrList, NodeDef, OpDef,
     PipelineSnapshot,
 };
+use crate::totals::{sat_i64, FileTotals, OpTotals};
 use crate::usage;
-use crate::window::{OpTotals, WindowResult};
+use crate::window::WindowResult;
 
 pub use crate::statsfile::{read_stats, write_stats, StatsError};
 
@@ -29,10 +29,6 @@ pub use crate::statsfile::{read_stats, write_stats, StatsError};
 pub const RETVAL_NAME: &str = "dataset";
 /// Attr an owner node uses to reference its function.
 pub const FUNCTION_ATTR: &str = "f";
-
-pub(crate) fn sat_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
 
 /// Where emitted nodes go.
 #[derive(Clone, Copy)]

@@ -1,15 +1,15 @@
 //! Reading and writing stats.pb files.
 //!
-//! Writes go to a temporary file in the same directory and are renamed into
-//! place, so a reader (Plumber polls the file) never sees half a snapshot.
+//! Writes go through [`crate::atomic`], so a reader (Plumber polls the
+//! file) never sees half a snapshot.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
 use thiserror::Error;
 
+use crate::atomic::{write_atomic, WriteError};
 use crate::proto::PipelineSnapshot;
 
 #[derive(Debug, Error)]
@@ -19,11 +19,8 @@ pub enum StatsError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: cannot write: {source}", path.display())]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Write(#[from] WriteError),
     #[error("{}: empty file (0 bytes), expected a PipelineSnapshot", path.display())]
     Empty { path: PathBuf },
     #[error("{}: not a PipelineSnapshot protobuf, or truncated ({len} bytes): {source}", path.display())]
@@ -38,39 +35,14 @@ pub enum StatsError {
     NoStats { path: PathBuf },
 }
 
-/// Writes `snapshot` to `path` atomically (temporary file + rename).
+/// Writes `snapshot` to `path` atomically (see [`crate::atomic`]).
 pub fn write_stats(path: impl AsRef<Path>, snapshot: &PipelineSnapshot) -> Result<(), StatsError> {
-    let path = path.as_ref();
-    let werr = |source| StatsError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| werr(std::io::Error::other("path has no file name")))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
+    Ok(write_atomic(path.as_ref(), &encode_stats(snapshot))?)
+}
 
-    let bytes = snapshot.encode_to_vec();
-    let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        // Best effort: the temporary file is ours and useless now.
-        let _ = fs::remove_file(&tmp);
-        return Err(werr(e));
-    }
-    tracing::debug!(path = %path.display(), bytes = bytes.len(), "wrote stats");
-    Ok(())
+/// The bytes of a stats.pb file.
+pub fn encode_stats(snapshot: &PipelineSnapshot) -> Vec<u8> {
+    snapshot.encode_to_vec()
 }
 
 /// Reads and sanity-checks a stats.pb file (ours or Plumber's).

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::attribution::ThreadRole;
 use crate::event::{ThreadObservation, WaitCounters};
 use crate::split::sub_waits;
+use crate::totals::ThreadRole;
 
 /// One thread (one incarnation of a tid) over the window.
 #[derive(Clone, Debug, PartialEq)]

@@ -7,15 +7,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::attribution::{FileTotals, LockSiteTotals, ThreadRole, ThreadTotals};
 use crate::event::WaitCounters;
 use crate::proto::pipeline_snapshot::{
     CtxInfo, FileSize, OpStats, ProbeCpu, ProbeFile, ProbeLockSite, ProbeShare, ProbeThread,
     ProbeWaits,
 };
 use crate::proto::PipelineSnapshot;
-use crate::snapshot::sat_i64;
-use crate::window::{OpTotals, WindowResult};
+use crate::totals::{sat_i64, FileTotals, LockSiteTotals, OpTotals, ThreadRole, ThreadTotals};
+use crate::window::WindowResult;
 
 /// Files per op path.
 pub(crate) fn files_by_op(files: &[FileTotals]) -> BTreeMap<&str, Vec<&FileTotals>> {

@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use thiserror::Error;
 
-use crate::attribution::{Attributor, CpuTotals, FileTotals, LockSiteTotals, ThreadTotals};
+use crate::attribution::Attributor;
 use crate::event::{self, Event, NodeCounters, NodeRetired, Poll, TargetInfo, WaitCounters};
 use crate::opnames;
+use crate::totals::{CpuTotals, FileTotals, LockSiteTotals, OpTotals, Stamp, ThreadTotals};
 
 /// Drop names the collector itself reports (beside the probe's).
 pub mod drops {
@@ -48,63 +49,10 @@ pub enum WindowError {
     EmptyPipeline { polls: usize },
 }
 
-/// The clocks at one poll.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stamp {
-    pub mono_ns: u64,
-    pub wall_ns: u64,
-    pub process_cpu_ns: u64,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndInfo {
     pub partial: bool,
     pub reason: String,
-}
-
-/// Totals of one op (all instances sharing one path) over the window.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OpTotals {
-    /// Model node name, e.g. `ParallelMapV2`.
-    pub model_name: String,
-    /// Stable op path, e.g. `Root::Prefetch::BatchV2`.
-    pub path: String,
-    /// Path of the consumer op; None for the root of the tree.
-    pub parent_path: Option<String>,
-    /// Built by the parent's function rather than being its input.
-    pub in_function: bool,
-    /// Instances that contributed to the window (born and retired inside it
-    /// included).
-    pub instances: i64,
-    /// Instances live at the last poll.
-    pub live_instances: i64,
-    pub elements: i64,
-    pub bytes_produced: i64,
-    pub bytes_consumed: i64,
-    pub processing_time_ns: i64,
-    /// At the last poll, summed over live instances.
-    pub buffered_elements: i64,
-    pub buffered_bytes: i64,
-    /// Latest known value; None when the op has a parallelism knob whose
-    /// value was never read.
-    pub parallelism: Option<f64>,
-    /// Elements of the first non-function input / own elements; -1 without
-    /// such an input or when it produced nothing, +inf when this op produced
-    /// nothing (Plumber's `ElementRatio`).
-    pub element_ratio: f64,
-    /// Thread CPU time attributed to the op, ns (0 without thread data).
-    pub cpu_ns: u64,
-    /// The part of `cpu_ns` from the UDF pool's threads.
-    pub udf_cpu_ns: u64,
-    /// Waits attributed to the op.
-    pub waits: WaitCounters,
-    /// File bytes read for the op and time inside those reads.
-    pub io_bytes_read: u64,
-    pub io_read_ns: u64,
-    /// Files opened for the op (opens, not distinct files).
-    pub files_opened: u64,
-    /// Distinct paths the op read, sorted.
-    pub files: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -2,9 +2,9 @@
 mod common;
 
 use common::*;
-use plumber_collector::attribution::{CpuTotals, ThreadRole, ThreadTotals};
 use plumber_collector::event::{Event, WaitCounters};
-use plumber_collector::window::{aggregate, drops as own, OpTotals, WindowResult};
+use plumber_collector::totals::{CpuTotals, OpTotals, ThreadRole, ThreadTotals};
+use plumber_collector::window::{aggregate, drops as own, WindowResult};
 
 const MS: u64 = 1_000_000;
 

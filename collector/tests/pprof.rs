@@ -12,8 +12,7 @@ use std::process::Command;
 use plumber_collector::stacks::pprof::proto::Profile;
 use plumber_collector::stacks::synth::{demo_aggregator, demo_samples};
 use plumber_collector::stacks::{
-    build_profile, encode_profile_gz, sanitize_frame, write_pprof, PprofOptions, StackAggregator,
-    SAMPLE_TYPES,
+    build_profile, encode_profile_gz, sanitize_frame, PprofOptions, StackAggregator, SAMPLE_TYPES,
 };
 use prost::Message;
 
@@ -176,7 +175,8 @@ fn independent_decoder_reads_what_we_write() {
     let dir = std::env::temp_dir().join(format!("plumber-pprof-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("profile.pb.gz");
-    write_pprof(&file, &agg, &opts()).expect("write");
+    let bytes = encode_profile_gz(&build_profile(&agg, &opts())).expect("encode");
+    std::fs::write(&file, bytes).expect("write");
     let o = Command::new(python())
         .arg(repo().join("tests/python/decode_pprof.py"))
         .arg(&file)

@@ -177,3 +177,22 @@ fn not_measured_travels_from_the_source_to_stats_pb_and_report_json() {
         .is_none());
     assert_eq!(not_measured_note(&full.not_measured), "");
 }
+
+/// The summary is the report less its `nodes`, field for field, and reads
+/// back from a report.json that has `nodes`.
+#[test]
+fn summary_is_the_report_without_nodes() {
+    let r = collect(flatmap_events()).unwrap().report();
+    let mut full = serde_json::to_value(&r).unwrap();
+    let (summary, nodes) = r.clone().split_nodes();
+    assert_eq!(nodes, r.nodes);
+    full.as_object_mut().unwrap().remove("nodes");
+    let text = serde_json::to_string(&summary).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        full
+    );
+    let back: plumber_collector::report::MeasuredSummary =
+        serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+    assert_eq!(back, summary);
+}

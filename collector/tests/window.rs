@@ -2,7 +2,8 @@ mod common;
 
 use common::*;
 use plumber_collector::event::Event;
-use plumber_collector::window::{aggregate, drops as own, OpTotals, WindowError, WindowResult};
+use plumber_collector::totals::OpTotals;
+use plumber_collector::window::{aggregate, drops as own, WindowError, WindowResult};
 
 fn op<'a>(w: &'a WindowResult, path: &str) -> &'a OpTotals {
     w.ops.iter().find(|o| o.path == path).unwrap_or_else(|| {

@@ -9,10 +9,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 use plumber_analyzer::flamegraph::{render_folded, FlameOptions};
+use plumber_collector::atomic::write_atomic;
 use plumber_collector::stacks::{lock_frame, FoldedKind, LockKind};
 
 use crate::errors;
-use crate::output;
 
 #[derive(Args, Debug)]
 pub struct FlamegraphArgs {
@@ -73,7 +73,7 @@ pub fn run(a: &FlamegraphArgs) -> Result<ExitCode> {
             anyhow::Error::new(e).context(format!("rendering {input}"))
         }
     })?;
-    output::write_atomic(&a.output, svg.as_bytes())?;
+    write_atomic(&a.output, svg.as_bytes())?;
     println!("wrote {}", a.output.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use plumber_collector::atomic::write_atomic;
 use plumber_collector::statsfile;
 use tracing::warn;
 
@@ -29,19 +30,110 @@ pub fn prepare_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes `path` through a temporary file and a rename, so a reader never
-/// sees half a file.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+/// The files a command writes into its output directory: each one is
+/// tried (atomically) even after another failed, so that what can be
+/// written is, and [`Outputs::finish`] names what was not.
+pub struct Outputs<'a> {
+    dir: &'a Path,
+    written: Vec<String>,
+    /// File name and why it was not written.
+    failed: Vec<(String, String)>,
+    /// A failure was the file system being full (or a quota reached).
+    full: bool,
+}
+
+impl<'a> Outputs<'a> {
+    pub fn new(dir: &'a Path) -> Self {
+        Outputs {
+            dir,
+            written: Vec::new(),
+            failed: Vec::new(),
+            full: false,
+        }
+    }
+
+    /// Writes `name` in the directory; a failure is kept for
+    /// [`Outputs::finish`].
+    pub fn write(&mut self, name: &str, bytes: &[u8]) {
+        match write_atomic(&self.dir.join(name), bytes) {
+            Ok(()) => self.written.push(name.to_string()),
+            Err(e) => {
+                let os = e.source.raw_os_error();
+                self.full |= os == Some(libc::ENOSPC) || os == Some(libc::EDQUOT);
+                // "No space left on device", less " (os error 28)".
+                let why = e.source.to_string();
+                let why = why.split(" (os error").next().unwrap_or(&why).to_string();
+                self.not_written(name, why);
+            }
+        }
+    }
+
+    /// `name` could not be made (`why`), so it is not written.
+    pub fn not_written(&mut self, name: &str, why: String) {
+        tracing::debug!(file = name, why = %why, "not written");
+        self.failed.push((name.to_string(), why));
+    }
+
+    /// Ok when every output was written, else the error that names them.
+    pub fn finish(self) -> Result<(), NotWritten> {
+        if self.failed.is_empty() {
+            return Ok(());
+        }
+        Err(NotWritten {
+            dir: self.dir.to_path_buf(),
+            written: self.written,
+            failed: self.failed,
+            full: self.full,
+        })
+    }
+}
+
+/// Some outputs were not written: which, why, which were, and the fix; one
+/// line, e.g. `not written (No space left on device): cpu.svg, io.svg;
+/// written: stats.pb, report.json; free space on the file system of out/
+/// or choose another --output`.
+#[derive(Debug, thiserror::Error)]
+pub struct NotWritten {
+    pub dir: PathBuf,
+    pub written: Vec<String>,
+    pub failed: Vec<(String, String)>,
+    pub full: bool,
+}
+
+impl std::fmt::Display for NotWritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // One group per reason, in the order the failures came.
+        let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (name, why) in &self.failed {
+            match groups.iter_mut().find(|(w, _)| w == why) {
+                Some((_, names)) => names.push(name),
+                None => groups.push((why, vec![name])),
+            }
+        }
+        for (why, names) in groups {
+            write!(f, "not written ({why}): {}; ", names.join(", "))?;
+        }
+        if self.written.is_empty() {
+            write!(f, "nothing written; ")?;
+        } else {
+            write!(f, "written: {}; ", self.written.join(", "))?;
+        }
+        let dir = self.dir.display();
+        if self.full {
+            write!(
+                f,
+                "free space on the file system of {dir} or choose another --output"
+            )
+        } else {
+            write!(f, "check that {dir} is writable or choose another --output")
+        }
+    }
 }
 
 /// The flamegraph outputs of a recording's stack samples (cpu.folded,
-/// cpu.svg, ..., profile.pb.gz, trace.json). A failure here loses only
-/// these files, so it is reported and the recording's other outputs stand.
-fn write_stacks(out: &Path, st: &crate::recording::StackRecording) {
-    use plumber_analyzer::flamegraph::{write_stack_outputs, StackOutputOptions};
+/// cpu.svg, ..., profile.pb.gz, trace.json), after the others.
+fn write_stacks(files: &mut Outputs, st: &crate::recording::StackRecording) {
+    use plumber_analyzer::flamegraph::{render_stack_outputs, StackOutputOptions};
     let mut opts = StackOutputOptions::default();
     opts.pprof.time_nanos = st.start_wall_ns as i64;
     opts.pprof.duration_nanos = st.end_wall_ns.saturating_sub(st.start_wall_ns) as i64;
@@ -50,8 +142,11 @@ fn write_stacks(out: &Path, st: &crate::recording::StackRecording) {
         st.pid, st.hz, st.complete_pct
     )];
     opts.trace.pid = st.pid as u32;
-    if let Err(e) = write_stack_outputs(out, &st.agg, &st.spans, &opts) {
-        warn!("flamegraph outputs not written: {e}");
+    for f in render_stack_outputs(&st.agg, &st.spans, &opts).files {
+        match f.contents {
+            Ok(bytes) => files.write(&f.name, &bytes),
+            Err(e) => files.not_written(&f.name, e.to_string()),
+        }
     }
     println!(
         "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
@@ -59,6 +154,9 @@ fn write_stacks(out: &Path, st: &crate::recording::StackRecording) {
     );
 }
 
+/// Writes a recording's outputs (stats.pb first) and prints its summary;
+/// the last line says where they went, or which were not written (then
+/// the result is that error, exit status 1, and what was written stays).
 pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     let (mode, ttfd, cache_hit, partial, reason) = (
         rec.mode,
@@ -69,9 +167,10 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     );
     let stacks = rec.stacks;
     let collected = rec.sink.finish()?;
-    write_collected(out, &collected)?;
+    let mut files = Outputs::new(out);
+    write_collected_to(&mut files, &collected)?;
     if let Some(st) = &stacks {
-        write_stacks(out, st);
+        write_stacks(&mut files, st);
     }
     println!(
         "mode: {} | window {:.1} s | time to first data {:.2} s{}",
@@ -85,6 +184,7 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
             "PARTIAL: the recording ended early ({reason}); the window covers what was observed"
         );
     }
+    files.finish()?;
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -102,10 +202,18 @@ pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// [`write_collected_to`] on its own: an error names every output not
+/// written.
+pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
+    let mut files = Outputs::new(out);
+    write_collected_to(&mut files, collected)?;
+    Ok(files.finish()?)
+}
+
 /// stats.pb, the analysis outputs (or the measured report.json when the
 /// analysis is not possible), the table, the report text and any drops.
-pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
-    statsfile::write_stats(out.join("stats.pb"), &collected.snapshot)?;
+fn write_collected_to(files: &mut Outputs, collected: &plumber_collector::Collected) -> Result<()> {
+    files.write("stats.pb", &statsfile::encode_stats(&collected.snapshot));
     // The analysis runs on what stats.pb holds, exactly as `analyze` would.
     let analysis = plumber_analyzer::analyze(
         &collected.snapshot,
@@ -113,17 +221,20 @@ pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collect
     );
     let text = match &analysis {
         Ok(a) => {
-            plumber_analyzer::write_outputs(out, a)?;
-            Some(plumber_analyzer::render_text(a.report_ref()))
+            let rendered = plumber_analyzer::render_all(a)?;
+            for (name, bytes) in rendered.files() {
+                files.write(name, bytes);
+            }
+            Some(rendered.report_txt)
         }
         Err(e) => {
             // Still a useful recording: keep the measured report.
             warn!("no analysis of this recording: {e}");
             let report = collected.report();
-            write_atomic(
-                &out.join("report.json"),
+            files.write(
+                "report.json",
                 serde_json::to_string_pretty(&report)?.as_bytes(),
-            )?;
+            );
             // The analysis text says it otherwise.
             Some(plumber_collector::report::not_measured_note(
                 &report.not_measured,
@@ -182,16 +293,25 @@ pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
     };
     let analysis = plumber_analyzer::analyze(&snapshot, &overrides)?;
     // A bad --output fails before anything is printed.
-    if let Some(dir) = &a.output {
-        prepare_dir(dir)?;
-    }
+    let Some(dir) = &a.output else {
+        if a.json {
+            println!("{}", plumber_analyzer::render_json(&analysis)?);
+        } else {
+            println!("{}", plumber_analyzer::render_text(analysis.report_ref()));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    prepare_dir(dir)?;
+    let rendered = plumber_analyzer::render_all(&analysis)?;
     if a.json {
-        println!("{}", plumber_analyzer::render_json(&analysis)?);
+        println!("{}", rendered.report_json);
     } else {
-        println!("{}", plumber_analyzer::render_text(analysis.report_ref()));
+        println!("{}", rendered.report_txt);
     }
-    if let Some(dir) = &a.output {
-        plumber_analyzer::write_outputs(dir, &analysis)?;
+    let mut files = Outputs::new(dir);
+    for (name, bytes) in rendered.files() {
+        files.write(name, bytes);
     }
+    files.finish()?;
     Ok(ExitCode::SUCCESS)
 }

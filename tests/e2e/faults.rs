@@ -215,3 +215,64 @@ fn kill_9_leaves_no_probe_attached() {
         "a killed recording must not leave a stats.pb"
     );
 }
+
+/// A tmpfs of `size` on a fresh directory, unmounted when dropped (also
+/// when the test fails).
+struct Tmpfs(TestDir);
+
+impl Tmpfs {
+    fn mount(tag: &str, size: &str) -> Tmpfs {
+        let dir = tempdir(tag);
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&*dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount -t tmpfs on {}: {st}", dir.display());
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&*self.0).status();
+    }
+}
+
+/// A recording whose outputs do not fit (a 64 KiB file system; the stack
+/// samples' SVGs alone are hundreds of kB) says which were not written on
+/// its last line and exits 1; stats.pb, written first, stays.
+#[test]
+fn full_output_file_system_names_what_was_not_written() {
+    require_root();
+    let w = Workload::start("demo.py", &["--seconds", "60"]);
+    let fs = Tmpfs::mount("fulldisk", "64k");
+    let out = fs.0.join("out");
+    let pid = w.pid.to_string();
+    // Stack sampling is on by default.
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "3",
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{stderr}\n{stdout}");
+    assert!(!stdout.contains("wrote "), "said it wrote: {stdout}");
+    let last = stderr.lines().last().expect("a last line");
+    let failed_prefix = "plumber-probe: not written (No space left on device): ";
+    assert!(last.starts_with(failed_prefix), "{last}");
+    assert!(last.contains("; written: stats.pb"), "{last}");
+    assert!(last.ends_with("or choose another --output"), "{last}");
+    let failed = &last[failed_prefix.len()..last.find(';').expect("a ;")];
+    assert!(failed.contains("cpu.svg"), "{last}");
+    for f in failed.split(", ") {
+        assert!(!out.join(f).exists(), "{f} named as not written exists");
+    }
+    let s = read_snapshot(&out.join("stats.pb"));
+    assert!(!s.stats.is_empty());
+}

@@ -1,11 +1,10 @@
-//! Every stack output of a recording, from its aggregated samples and op
-//! spans, in one call.
-
-use std::path::{Path, PathBuf};
+//! Every stack output of a recording, rendered from its aggregated samples
+//! and op spans in one call. Writing them is the caller's job (plumber-probe
+//! writes every output through one atomic writer).
 
 use plumber_collector::stacks::{
-    folded_lines, write_atomic, write_pprof, write_trace_json, FoldedKind, PprofOptions, Span,
-    StackAggregator, TraceOptions, TraceSummary,
+    build_profile, encode_profile_gz, folded_lines, render_trace_json, FoldedKind, PprofOptions,
+    Span, StackAggregator, TraceOptions, TraceSummary,
 };
 
 use super::{render_lines, FlameError, FlameOptions};
@@ -17,41 +16,85 @@ pub struct StackOutputOptions {
     pub trace: TraceOptions,
 }
 
-/// What [`write_stack_outputs`] wrote.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One output file: its name in the output directory and its contents, or
+/// why they could not be rendered.
+#[derive(Debug)]
+pub struct OutputFile {
+    pub name: String,
+    pub contents: Result<Vec<u8>, FlameError>,
+}
+
+/// What [`render_stack_outputs`] rendered.
+#[derive(Debug, Default)]
 pub struct StackOutputs {
-    /// cpu.folded, offcpu.folded, locks.folded, io.folded: always written,
-    /// empty when the recording has no weight of that kind.
-    pub folded: Vec<PathBuf>,
-    /// The SVG of each kind that has weight (no locks.svg without lock
-    /// waits: inferno has nothing to draw).
-    pub svg: Vec<PathBuf>,
-    pub profile: PathBuf,
-    pub trace: PathBuf,
+    /// In the order they are written: cpu.folded, offcpu.folded,
+    /// locks.folded, io.folded (always, empty when the recording has no
+    /// weight of that kind), the SVG of each kind that has weight (no
+    /// locks.svg without lock waits: inferno has nothing to draw),
+    /// profile.pb.gz, trace.json.
+    pub files: Vec<OutputFile>,
+    /// Zero when trace.json could not be rendered.
     pub trace_summary: TraceSummary,
 }
 
-/// Writes into `dir` (created if missing) the folded stacks and flamegraph
-/// of each [`FoldedKind`] (`cpu`, `offcpu`, `locks`, `io`), profile.pb.gz
-/// and trace.json. The SVGs are rendered on their own threads (inferno
-/// takes seconds on a large recording); inline when a thread cannot start.
-pub fn write_stack_outputs(
-    dir: &Path,
+/// Renders the folded stacks and flamegraph of each [`FoldedKind`] (`cpu`,
+/// `offcpu`, `locks`, `io`), profile.pb.gz and trace.json. The SVGs are
+/// rendered on their own threads (inferno takes seconds on a large
+/// recording); inline when a thread cannot start.
+pub fn render_stack_outputs(
     agg: &StackAggregator,
     spans: &[Span],
     opts: &StackOutputOptions,
-) -> Result<StackOutputs, FlameError> {
-    std::fs::create_dir_all(dir).map_err(|source| {
-        plumber_collector::stacks::StacksError::Write {
-            path: dir.to_path_buf(),
-            source,
-        }
-    })?;
+) -> StackOutputs {
     let folded: Vec<(FoldedKind, Vec<String>)> = FoldedKind::ALL
         .into_iter()
         .map(|k| (k, folded_lines(agg, k)))
         .collect();
-    let rendered: Vec<(FoldedKind, Result<String, FlameError>)> = std::thread::scope(|scope| {
+    let svgs = render_svgs(&folded);
+    let mut out = StackOutputs::default();
+    for (k, lines) in &folded {
+        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        out.files.push(OutputFile {
+            name: k.folded_file(),
+            contents: Ok(text.into_bytes()),
+        });
+    }
+    for (k, svg) in svgs {
+        out.files.push(OutputFile {
+            name: k.svg_file(),
+            contents: svg.map(String::into_bytes),
+        });
+    }
+    out.files.push(OutputFile {
+        name: "profile.pb.gz".into(),
+        contents: encode_profile_gz(&build_profile(agg, &opts.pprof)).map_err(FlameError::from),
+    });
+    let trace = render_trace_json(spans, &opts.trace).map_err(FlameError::from);
+    let trace = trace.map(|(text, summary)| {
+        out.trace_summary = summary;
+        text.into_bytes()
+    });
+    out.files.push(OutputFile {
+        name: "trace.json".into(),
+        contents: trace,
+    });
+    tracing::debug!(
+        stacks = agg.len(),
+        spans = out.trace_summary.spans,
+        "rendered stack outputs"
+    );
+    out
+}
+
+/// The SVG of each kind that has weight, in [`FoldedKind::ALL`] order.
+fn render_svgs(
+    folded: &[(FoldedKind, Vec<String>)],
+) -> Vec<(FoldedKind, Result<String, FlameError>)> {
+    std::thread::scope(|scope| {
         let handles: Vec<_> = folded
             .iter()
             .filter(|(_, lines)| !lines.is_empty())
@@ -77,33 +120,5 @@ pub fn write_stack_outputs(
                 (k, svg)
             })
             .collect()
-    });
-
-    let mut out = StackOutputs::default();
-    for (k, lines) in &folded {
-        let path = dir.join(k.folded_file());
-        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-        for l in lines {
-            text.push_str(l);
-            text.push('\n');
-        }
-        write_atomic(&path, text.as_bytes())?;
-        out.folded.push(path);
-    }
-    for (k, svg) in rendered {
-        let path = dir.join(k.svg_file());
-        write_atomic(&path, svg?.as_bytes())?;
-        out.svg.push(path);
-    }
-    out.profile = dir.join("profile.pb.gz");
-    write_pprof(&out.profile, agg, &opts.pprof)?;
-    out.trace = dir.join("trace.json");
-    out.trace_summary = write_trace_json(&out.trace, spans, &opts.trace)?;
-    tracing::debug!(
-        stacks = agg.len(),
-        svgs = out.svg.len(),
-        spans = out.trace_summary.spans,
-        "wrote stack outputs"
-    );
-    Ok(out)
+    })
 }

@@ -20,7 +20,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::{Stack, StackAggregator};
-use super::error::StacksError;
 use super::sample::{LockKind, OpRef, ThreadInfo};
 
 /// Root frame of the stacks of threads outside the pipeline.
@@ -244,70 +243,4 @@ pub fn folded_text(agg: &StackAggregator, kind: FoldedKind) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Writes the folded file of one kind (atomically; empty when the kind has
-/// no weight).
-pub fn write_folded(
-    path: impl AsRef<Path>,
-    agg: &StackAggregator,
-    kind: FoldedKind,
-) -> Result<(), StacksError> {
-    super::write_atomic(path.as_ref(), folded_text(agg, kind).as_bytes())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sanitize() {
-        assert_eq!(sanitize_frame("a;b"), "a:b");
-        assert_eq!(sanitize_frame("a\nb\r\tc"), "a b  c");
-        assert_eq!(sanitize_frame("  spaced  "), "spaced");
-        assert_eq!(sanitize_frame(""), "[unknown]");
-        assert_eq!(sanitize_frame(" \n "), "[unknown]");
-        assert_eq!(sanitize_frame("foo 12"), "foo_12");
-        assert_eq!(sanitize_frame("foo 1.5"), "foo_1.5");
-        assert_eq!(sanitize_frame("foo v2"), "foo v2");
-        assert_eq!(
-            sanitize_frame("std::array<int; 8>::at(unsigned long)"),
-            "std::array<int: 8>::at(unsigned long)"
-        );
-        assert!(matches!(sanitize_frame("plain"), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn roots_and_threads() {
-        let op = OpRef::new("Root::Prefetch::BatchV2::ParallelMapV2", "ParallelMapV2");
-        assert_eq!(op_root_frame(Some(&op)), "[ParallelMapV2]");
-        assert_eq!(
-            op_root_frame(Some(&OpRef::new("Root::Prefetch", ""))),
-            "[Prefetch]"
-        );
-        assert_eq!(op_root_frame(None), OUTSIDE_PIPELINE);
-        let t = ThreadInfo::new(5, "tf_data_priv").with_role("tf_data_private_threadpool");
-        assert_eq!(thread_frame(&t, true), "tf_data_private_threadpool");
-        assert_eq!(thread_frame(&t, false), "tf_data_priv");
-        assert_eq!(thread_frame(&ThreadInfo::new(9, ""), true), "tid 9");
-    }
-
-    #[test]
-    fn kinds_by_path() {
-        assert_eq!(
-            FoldedKind::from_path(Path::new("out/locks.folded")),
-            Some(FoldedKind::Locks)
-        );
-        assert_eq!(FoldedKind::from_path(Path::new("x.folded")), None);
-        assert_eq!(FoldedKind::Offcpu.svg_file(), "offcpu.svg");
-    }
-
-    #[test]
-    fn gil_frames() {
-        assert!(is_gil_frame("take_gil"));
-        assert!(is_gil_frame("PyEval_RestoreThread"));
-        assert!(is_gil_frame(lock_frame(LockKind::Gil)));
-        assert!(!is_gil_frame(lock_frame(LockKind::Mutex)));
-        assert!(!is_gil_frame("drop_gil"));
-    }
 }

@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -232,14 +231,4 @@ pub fn encode_profile_gz(profile: &proto::Profile) -> Result<Vec<u8>, StacksErro
     );
     gz.write_all(&raw).map_err(StacksError::Gzip)?;
     gz.finish().map_err(StacksError::Gzip)
-}
-
-/// Writes profile.pb.gz (atomically).
-pub fn write_pprof(
-    path: impl AsRef<Path>,
-    agg: &StackAggregator,
-    opts: &PprofOptions,
-) -> Result<(), StacksError> {
-    let bytes = encode_profile_gz(&build_profile(agg, opts))?;
-    super::write_atomic(path.as_ref(), &bytes)
 }

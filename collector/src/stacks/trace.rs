@@ -10,7 +10,6 @@
 //! spans it contains. One event per line, so the file diffs well.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +40,7 @@ pub struct TraceOptions {
     pub base_ns: Option<u64>,
 }
 
-/// What [`write_trace_json`] wrote.
+/// What [`render_trace_json`] rendered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TraceSummary {
     pub spans: usize,
@@ -187,15 +186,4 @@ pub fn render_trace_json(
         dropped,
     };
     Ok((out, summary))
-}
-
-/// Writes trace.json (atomically).
-pub fn write_trace_json(
-    path: impl AsRef<Path>,
-    spans: &[Span],
-    opts: &TraceOptions,
-) -> Result<TraceSummary, StacksError> {
-    let (text, summary) = render_trace_json(spans, opts)?;
-    super::write_atomic(path.as_ref(), text.as_bytes())?;
-    Ok(summary)
 }
