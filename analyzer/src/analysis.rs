@@ -203,12 +203,72 @@ fn build_report(
     pf: &PrefetchAnalysis,
     outcome: recommend::Outcome,
 ) -> Report {
-    let g = m.graph();
     let t = m.elapsed_s;
     let cores = m.machine.cores;
     let (summary, measured_nodes) = measured.split_nodes();
-    // Each measured entry moves to the model node of its name (the first
-    // entry of a name wins); the rest match no node.
+    let (slot, orphans) = place_measured(m, measured_nodes);
+    let (lp, lp_cores) = lp_report(m);
+    let utilisation = utilisation(m);
+    let nodes = node_reports(m, slot, orphans, cache, &lp_cores);
+    let observed_rate = observed_rate(m);
+    let notes = report_notes(m, outcome.notes, base, observed_rate);
+    let name_of = |i: usize| m.nodes[i].name.clone();
+    Report {
+        measured: summary,
+        cpu_source: m.cpu_source.as_str().into(),
+        elapsed_s: t,
+        machine: MachineReport {
+            cores,
+            cores_from: m.machine.cores_from.into(),
+            memory_bytes: m.machine.memory,
+            memory_from: m.machine.memory_from.into(),
+            disk_bandwidth: m.machine.disk_bandwidth,
+            disk_bandwidth_from: m.machine.disk_bandwidth_from.into(),
+        },
+        observed_rate: fin(observed_rate),
+        predicted_rate: opt(base.rate),
+        bottleneck: bottleneck(m, base),
+        utilisation,
+        lp,
+        cache: CacheReport {
+            budget_bytes: cache.budget,
+            working_set_bytes: cache.working_set,
+            node: cache.candidate.map(name_of),
+            size_bytes: cache.candidate.and_then(|c| cache.bytes[c]),
+            blocked_by: cache
+                .blocked
+                .iter()
+                .map(|&(b, r)| CacheBlock {
+                    node: name_of(b),
+                    random: name_of(r),
+                })
+                .collect(),
+            existing: cache.existing.map(name_of),
+            reason: cache.reason.clone(),
+        },
+        prefetch: PrefetchReport {
+            min_latency_s: fin(pf.min_latency_s),
+            rate: fin(pf.rate),
+            in_flight_needed: fin(pf.in_flight_needed),
+            in_flight: fin(pf.in_flight),
+            add: pf.add,
+            at: pf.at.map(name_of),
+            at_is_prefetch: pf.at_is_prefetch,
+        },
+        recommendations: outcome.recommendations,
+        ranking: m.ranking.iter().map(|&u| name_of(u)).collect(),
+        notes,
+        nodes,
+    }
+}
+
+/// Moves each measured entry to the model node of its name (the first
+/// entry of a name wins); the rest match no node.
+fn place_measured(
+    m: &Model,
+    measured_nodes: Vec<MeasuredNode>,
+) -> (Vec<Option<MeasuredNode>>, Vec<MeasuredNode>) {
+    let g = m.graph();
     let index: HashMap<&str, usize> = g
         .order
         .iter()
@@ -223,8 +283,12 @@ fn build_report(
             None => orphans.push(mn),
         }
     }
+    (slot, orphans)
+}
 
-    // LP optimum on the pipeline as it is.
+/// The LP optimum on the pipeline as it is, and each node's LP cores.
+fn lp_report(m: &Model) -> (LpReport, Vec<Option<f64>>) {
+    let cores = m.machine.cores;
     let sc0 = Scenario::default();
     let (sol, items) = m.solve_lp(&sc0);
     let knobs = m.round_knobs(&sol, &items, &sc0);
@@ -258,8 +322,11 @@ fn build_report(
             .collect(),
         rounded_rate: opt(rounded_rate),
     };
+    (lp, lp_cores)
+}
 
-    // Utilisation.
+fn utilisation(m: &Model) -> Utilisation {
+    let (t, cores) = (m.elapsed_s, m.machine.cores);
     let in_model = || m.nodes.iter().filter(|n| n.in_model);
     let time: f64 = in_model().map(|n| n.time_s).sum();
     let disk_bytes: f64 = in_model()
@@ -271,7 +338,7 @@ fn build_report(
         m.disk_bound(&vec![false; m.nodes.len()], m.machine.disk_bandwidth);
     let throughput = disk_bytes / t;
     let mf = &m.input.machine;
-    let utilisation = Utilisation {
+    Utilisation {
         cpu: fin(time / (cores * t)),
         cores_used: fin(time / t),
         process_cpu: (m.input.process_cpu_ns > 0)
@@ -288,9 +355,19 @@ fn build_report(
         disk_bound_rate: disk_bound,
         memory: (mf.memory_total > 0 && mf.memory_free <= mf.memory_total)
             .then(|| 1.0 - mf.memory_free as f64 / mf.memory_total as f64),
-    };
+    }
+}
 
-    // Per-node entries, consumers before inputs.
+/// Per-node entries, consumers before inputs; then the stats that match no
+/// reachable node, with their measured fields.
+fn node_reports(
+    m: &Model,
+    mut slot: Vec<Option<MeasuredNode>>,
+    orphans: Vec<MeasuredNode>,
+    cache: &CacheAnalysis,
+    lp_cores: &[Option<f64>],
+) -> Vec<NodeReport> {
+    let g = m.graph();
     let mut edge: Vec<Option<f64>> = vec![None; m.nodes.len()];
     for &u in g.order.iter().rev() {
         let n = &m.nodes[u];
@@ -363,7 +440,6 @@ fn build_report(
             lp_cores: lp_cores[u],
         });
     }
-    // Stats that match no reachable node keep their measured fields.
     for mn in orphans {
         nodes.push(NodeReport {
             measured: mn,
@@ -371,8 +447,13 @@ fn build_report(
             ..Default::default()
         });
     }
+    nodes
+}
 
-    let observed_rate = m.nodes[g.top]
+/// The root's rate over the window; without root stats, the slowest op's.
+fn observed_rate(m: &Model) -> f64 {
+    let (g, t) = (m.graph(), m.elapsed_s);
+    m.nodes[g.top]
         .stats
         .as_ref()
         .map(|s| s.elements as f64 / t)
@@ -382,10 +463,17 @@ fn build_report(
                 .map(|&u| m.nodes[u].observed_rate)
                 .reduce(f64::min)
                 .unwrap_or(0.0)
-        });
+        })
+}
 
+fn report_notes(
+    m: &Model,
+    outcome_notes: Vec<String>,
+    base: &Evaluation,
+    observed_rate: f64,
+) -> Vec<String> {
     let mut notes = m.notes.clone();
-    notes.extend(outcome.notes);
+    notes.extend(outcome_notes);
     if m.nodes.iter().any(|n| n.sigma > 0.0) {
         notes.push(
             "ops that wait on a lock or the GIL scale as S(p) = p/(1+σ(p−1)), σ = W/(C·(p₀−1)) from wait W and busy time C at p₀ threads (Karp–Flatt), not linearly"
@@ -401,52 +489,5 @@ fn build_report(
             ));
         }
     }
-
-    Report {
-        measured: summary,
-        cpu_source: m.cpu_source.as_str().into(),
-        elapsed_s: t,
-        machine: MachineReport {
-            cores,
-            cores_from: m.machine.cores_from.into(),
-            memory_bytes: m.machine.memory,
-            memory_from: m.machine.memory_from.into(),
-            disk_bandwidth: m.machine.disk_bandwidth,
-            disk_bandwidth_from: m.machine.disk_bandwidth_from.into(),
-        },
-        observed_rate: fin(observed_rate),
-        predicted_rate: opt(base.rate),
-        bottleneck: bottleneck(m, base),
-        utilisation,
-        lp,
-        cache: CacheReport {
-            budget_bytes: cache.budget,
-            working_set_bytes: cache.working_set,
-            node: cache.candidate.map(name_of),
-            size_bytes: cache.candidate.and_then(|c| cache.bytes[c]),
-            blocked_by: cache
-                .blocked
-                .iter()
-                .map(|&(b, r)| CacheBlock {
-                    node: name_of(b),
-                    random: name_of(r),
-                })
-                .collect(),
-            existing: cache.existing.map(name_of),
-            reason: cache.reason.clone(),
-        },
-        prefetch: PrefetchReport {
-            min_latency_s: fin(pf.min_latency_s),
-            rate: fin(pf.rate),
-            in_flight_needed: fin(pf.in_flight_needed),
-            in_flight: fin(pf.in_flight),
-            add: pf.add,
-            at: pf.at.map(name_of),
-            at_is_prefetch: pf.at_is_prefetch,
-        },
-        recommendations: outcome.recommendations,
-        ranking: m.ranking.iter().map(|&u| name_of(u)).collect(),
-        notes,
-        nodes,
-    }
+    notes
 }
