@@ -294,13 +294,71 @@ impl Aggregator {
         if end.mono_ns <= start.mono_ns {
             return Err(WindowError::ZeroLengthWindow { polls: self.polls });
         }
-        let last_poll = self.polls.saturating_sub(1);
-        let in_window = |mono: u64| start.mono_ns <= mono && mono <= end.mono_ns;
-
+        let window = (start.mono_ns, end.mono_ns);
         // Per op accumulation; index = op index.
         let mut acc: Vec<Acc> = Vec::new();
-        let mut backwards = 0u64;
+        let (mut backwards, unseen) = self.add_seen_instances(window, &mut acc);
+        backwards += self.add_unseen_instances(unseen, window, &mut acc);
+        if backwards > 0 {
+            tracing::warn!(
+                count = backwards,
+                "cumulative counters went backwards; clamped to 0"
+            );
+            self.drop_own(drops::COUNTER_WENT_BACKWARDS, backwards);
+        }
 
+        if self.ops.is_empty() {
+            return Err(WindowError::EmptyPipeline { polls: self.polls });
+        }
+
+        let mut ops = self.op_totals(&acc);
+        let attributed = std::mem::take(&mut self.attribution).finish(&mut ops, start, end);
+        if attributed.backwards > 0 {
+            tracing::warn!(
+                count = attributed.backwards,
+                "thread CPU or wait counters went backwards; clamped to 0"
+            );
+            self.drop_own(drops::THREAD_COUNTER_WENT_BACKWARDS, attributed.backwards);
+        }
+
+        let mut drops: BTreeMap<String, u64> = self.probe_drops;
+        for (what, n) in self.own_drops {
+            let e = drops.entry(what.to_string()).or_default();
+            *e = e.saturating_add(n);
+        }
+        Ok(WindowResult {
+            start,
+            end,
+            polls: self.polls,
+            ops,
+            target: self.target,
+            end_event: self.end,
+            drops: drops
+                .into_iter()
+                .map(|(what, count)| event::DropCount { what, count })
+                .collect(),
+            cpu: attributed.cpu,
+            threads: attributed.threads,
+            files: attributed.files,
+            lock_sites: attributed.lock_sites,
+            unattributed_waits: attributed.unattributed_waits,
+            non_pipeline_waits: attributed.non_pipeline_waits,
+            unattributed_io_bytes: attributed.unattributed_io_bytes,
+        })
+    }
+
+    /// Adds each instance a poll saw: its final counters (from its Retired
+    /// event inside the window, else the last poll) less its baseline.
+    /// Returns the counters that went backwards and the retired instances
+    /// no poll saw.
+    fn add_seen_instances(
+        &mut self,
+        (lo, hi): (u64, u64),
+        acc: &mut Vec<Acc>,
+    ) -> (u64, Vec<NodeRetired>) {
+        let in_window = |mono: u64| lo <= mono && mono <= hi;
+        let last_poll = self.polls.saturating_sub(1);
+        let mut backwards = 0u64;
         // Instances seen by polls.
         let mut finals: HashMap<Key, NodeCounters> = HashMap::new();
         let mut unseen: Vec<NodeRetired> = Vec::new();
@@ -319,7 +377,7 @@ impl Aggregator {
                 continue;
             };
             let fin = finals.get(key).copied().unwrap_or(inst.last);
-            let a = acc_at(&mut acc, op);
+            let a = acc_at(acc, op);
             a.instances += 1;
             backwards += a.add_delta(&inst.baseline, &fin);
             if inst.last_poll == last_poll {
@@ -330,9 +388,20 @@ impl Aggregator {
                 a.buffered_bytes = a.buffered_bytes.saturating_add(inst.last.buffered_bytes);
             }
         }
+        (backwards, unseen)
+    }
 
-        // Instances born and retired between polls: place them under their
-        // parent. Out-of-window ones still help to place their children.
+    /// Instances born and retired between polls: placed under their parent.
+    /// Out-of-window ones still help to place their children. Returns the
+    /// counters that went backwards.
+    fn add_unseen_instances(
+        &mut self,
+        mut unseen: Vec<NodeRetired>,
+        (lo, hi): (u64, u64),
+        acc: &mut Vec<Acc>,
+    ) -> u64 {
+        let in_window = |mono: u64| lo <= mono && mono <= hi;
+        let mut backwards = 0u64;
         unseen.sort_by_key(|r| (r.mono_ns, r.addr, r.id));
         let mut paths = KnownPaths::default();
         for (k, i) in &self.instances {
@@ -348,7 +417,7 @@ impl Aggregator {
                         paths.insert((r.addr, r.id), &path);
                         if in_window(r.mono_ns) {
                             let op = self.op_for_retired(&r, &parent_path, &path);
-                            let a = acc_at(&mut acc, op);
+                            let a = acc_at(acc, op);
                             a.instances += 1;
                             backwards += a.add_delta(&NodeCounters::default(), &r.counters);
                         }
@@ -369,18 +438,11 @@ impl Aggregator {
             );
             self.drop_own(drops::RETIRED_NODE_UNPLACED, unplaced);
         }
-        if backwards > 0 {
-            tracing::warn!(
-                count = backwards,
-                "cumulative counters went backwards; clamped to 0"
-            );
-            self.drop_own(drops::COUNTER_WENT_BACKWARDS, backwards);
-        }
+        backwards
+    }
 
-        if self.ops.is_empty() {
-            return Err(WindowError::EmptyPipeline { polls: self.polls });
-        }
-
+    /// Each op's totals from its accumulation, with its element ratio.
+    fn op_totals(&self, acc: &[Acc]) -> Vec<OpTotals> {
         let mut ops: Vec<OpTotals> = self
             .ops
             .iter()
@@ -428,39 +490,7 @@ impl Aggregator {
         for (op, r) in ops.iter_mut().zip(ratios) {
             op.element_ratio = r;
         }
-        let attributed = std::mem::take(&mut self.attribution).finish(&mut ops, start, end);
-        if attributed.backwards > 0 {
-            tracing::warn!(
-                count = attributed.backwards,
-                "thread CPU or wait counters went backwards; clamped to 0"
-            );
-            self.drop_own(drops::THREAD_COUNTER_WENT_BACKWARDS, attributed.backwards);
-        }
-
-        let mut drops: BTreeMap<String, u64> = self.probe_drops;
-        for (what, n) in self.own_drops {
-            let e = drops.entry(what.to_string()).or_default();
-            *e = e.saturating_add(n);
-        }
-        Ok(WindowResult {
-            start,
-            end,
-            polls: self.polls,
-            ops,
-            target: self.target,
-            end_event: self.end,
-            drops: drops
-                .into_iter()
-                .map(|(what, count)| event::DropCount { what, count })
-                .collect(),
-            cpu: attributed.cpu,
-            threads: attributed.threads,
-            files: attributed.files,
-            lock_sites: attributed.lock_sites,
-            unattributed_waits: attributed.unattributed_waits,
-            non_pipeline_waits: attributed.non_pipeline_waits,
-            unattributed_io_bytes: attributed.unattributed_io_bytes,
-        })
+        ops
     }
 
     /// (parent path, own path) of a retired instance no poll saw.
