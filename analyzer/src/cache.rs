@@ -54,26 +54,89 @@ pub(crate) fn analyze(model: &Model) -> CacheAnalysis {
     };
     let size_seen: f64 = model.input.file_sizes.iter().map(|(_, s)| *s as f64).sum();
     let files_seen = model.input.file_sizes.len() as f64;
-    let mut random_below: Vec<Option<usize>> = vec![None; n];
-    let mut work_below = vec![false; n];
+    let below = Below::of(model);
+    estimate_sizes(model, &mut out, size_seen, files_seen);
 
+    out.working_set = g
+        .order
+        .iter()
+        .filter(|&&u| model.nodes[u].disk)
+        .filter_map(|&u| out.bytes[u])
+        .reduce(f64::max)
+        .or_else(|| (size_seen > 0.0).then_some(size_seen));
+    out.budget = model
+        .machine
+        .memory
+        .map(|m| m * CACHEABLE_MEMORY_FRACTION)
+        .and_then(finite_pos);
+    out.existing = g
+        .order
+        .iter()
+        .copied()
+        .find(|&u| ops::is_cache(&model.nodes[u].op));
+    if let Some(e) = out.existing {
+        out.reason = Some(format!(
+            "the pipeline already caches ({})",
+            model.nodes[e].name
+        ));
+        return out;
+    }
+    let Some(budget) = out.budget else {
+        out.reason = Some("memory size unknown (pass --memory)".into());
+        return out;
+    };
+    pick_candidate(model, &mut out, &below, budget);
+    out
+}
+
+/// What each node's subtree (inputs and function datasets) holds.
+struct Below {
+    /// A random op in the subtree (the node itself first).
+    random: Vec<Option<usize>>,
+    /// Some op in the subtree does work a cache would save.
+    work: Vec<bool>,
+}
+
+impl Below {
+    /// Bottom-up over the graph order.
+    fn of(model: &Model) -> Below {
+        let g = model.graph();
+        let n = model.nodes.len();
+        let mut random_below: Vec<Option<usize>> = vec![None; n];
+        let mut work_below = vec![false; n];
+        for &u in g.order.iter().rev() {
+            let node = &model.nodes[u];
+            let gn = &g.nodes[u];
+            random_below[u] = if node.random {
+                Some(u)
+            } else {
+                gn.inputs
+                    .iter()
+                    .chain(gn.fn_roots.iter())
+                    .find_map(|&c| random_below[c])
+            };
+            work_below[u] = (node.in_model
+                && (node.time_s > 0.0 || node.disk_bytes_per_root > 0.0))
+                || gn
+                    .inputs
+                    .iter()
+                    .chain(gn.fn_roots.iter())
+                    .any(|&c| work_below[c]);
+        }
+        Below {
+            random: random_below,
+            work: work_below,
+        }
+    }
+}
+
+/// Materialised records and bytes of each op's output over one pass,
+/// bottom-up (see the module doc).
+fn estimate_sizes(model: &Model, out: &mut CacheAnalysis, size_seen: f64, files_seen: f64) {
+    let g = model.graph();
     for &u in g.order.iter().rev() {
         let node = &model.nodes[u];
         let gn = &g.nodes[u];
-        random_below[u] = if node.random {
-            Some(u)
-        } else {
-            gn.inputs
-                .iter()
-                .chain(gn.fn_roots.iter())
-                .find_map(|&c| random_below[c])
-        };
-        work_below[u] = (node.in_model && (node.time_s > 0.0 || node.disk_bytes_per_root > 0.0))
-            || gn
-                .inputs
-                .iter()
-                .chain(gn.fn_roots.iter())
-                .any(|&c| work_below[c]);
         let Some(st) = &node.stats else { continue };
         let avg_out = if st.elements > 0 && st.bytes_produced > 0 {
             Some(st.bytes_produced as f64 / st.elements as f64)
@@ -128,35 +191,13 @@ pub(crate) fn analyze(model: &Model) -> CacheAnalysis {
             .or_else(|| cb.map(|b| b * per_input))
             .and_then(finite_pos);
     }
+}
 
-    out.working_set = g
-        .order
-        .iter()
-        .filter(|&&u| model.nodes[u].disk)
-        .filter_map(|&u| out.bytes[u])
-        .reduce(f64::max)
-        .or_else(|| (size_seen > 0.0).then_some(size_seen));
-    out.budget = model
-        .machine
-        .memory
-        .map(|m| m * CACHEABLE_MEMORY_FRACTION)
-        .and_then(finite_pos);
-    out.existing = g
-        .order
-        .iter()
-        .copied()
-        .find(|&u| ops::is_cache(&model.nodes[u].op));
-    if let Some(e) = out.existing {
-        out.reason = Some(format!(
-            "the pipeline already caches ({})",
-            model.nodes[e].name
-        ));
-        return out;
-    }
-    let Some(budget) = out.budget else {
-        out.reason = Some("memory size unknown (pass --memory)".into());
-        return out;
-    };
+/// The op closest to the root whose output fits the budget, saves work and
+/// has nothing random below it; the ones rejected for randomness on the
+/// way, or why there is none.
+fn pick_candidate(model: &Model, out: &mut CacheAnalysis, below: &Below, budget: f64) {
+    let g = model.graph();
     let mut any_size = false;
     for &u in &g.order {
         let node = &model.nodes[u];
@@ -169,10 +210,10 @@ pub(crate) fn analyze(model: &Model) -> CacheAnalysis {
         }
         let Some(b) = out.bytes[u] else { continue };
         any_size = true;
-        if b > budget || !work_below[u] {
+        if b > budget || !below.work[u] {
             continue;
         }
-        if let Some(r) = random_below[u] {
+        if let Some(r) = below.random[u] {
             out.blocked.push((u, r));
             continue;
         }
@@ -188,7 +229,6 @@ pub(crate) fn analyze(model: &Model) -> CacheAnalysis {
             "no op's output fits the memory budget".into()
         });
     }
-    out
 }
 
 /// Number of files a reader goes through per pass: the cardinality of the

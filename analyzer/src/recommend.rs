@@ -113,8 +113,41 @@ pub(crate) fn recommend(
     cache: &CacheAnalysis,
     prefetch: &PrefetchAnalysis,
 ) -> Outcome {
+    let (recommendations, sc, ev) = lift_limiters(m, base);
+    let mut out = Outcome {
+        recommendations,
+        notes: Vec::new(),
+    };
+    // Where the changes stop, and why.
+    let last_rate = out
+        .recommendations
+        .last()
+        .and_then(|r| r.predicted_rate)
+        .or(rate_opt(base.rate));
+    match ev.limiter {
+        Limiter::Cores => out.notes.push(format!(
+            "at {} every one of the {} cores is in use: only more cores, cheaper ops or a cache go further",
+            fmt::rate(last_rate),
+            fmt::count(m.machine.cores)
+        )),
+        Limiter::Op(u) if m.nodes[u].knob.is_none() => out.notes.push(format!(
+            "{} ({}) runs on one thread and bounds the pipeline at {}: it cannot be given more threads; make it cheaper or cache below it",
+            m.nodes[u].name,
+            m.nodes[u].op,
+            fmt::rate(last_rate)
+        )),
+        _ => {}
+    }
+    recommend_prefetch(m, prefetch, last_rate, &mut out);
+    recommend_cache(m, cache, &sc, &ev, &mut out);
+    out
+}
+
+/// Starting from `base`, repeatedly takes the change that lifts what bounds
+/// the pipeline; returns the changes with their rates, and the scenario and
+/// evaluation where they stop.
+fn lift_limiters(m: &Model, base: &Evaluation) -> (Vec<Recommendation>, Scenario, Evaluation) {
     let mut recs: Vec<Recommendation> = Vec::new();
-    let mut notes = Vec::new();
     let mut sc = Scenario::default();
     let mut ev = base.clone();
     let mut pending: Vec<Step> = Vec::new();
@@ -149,101 +182,106 @@ pub(crate) fn recommend(
         sc = next;
         ev = ev2;
     }
-    // Where the changes stop, and why.
-    let last_rate = recs
-        .last()
-        .and_then(|r| r.predicted_rate)
-        .or(rate_opt(base.rate));
-    match ev.limiter {
-        Limiter::Cores => notes.push(format!(
-            "at {} every one of the {} cores is in use: only more cores, cheaper ops or a cache go further",
-            fmt::rate(last_rate),
-            fmt::count(m.machine.cores)
-        )),
-        Limiter::Op(u) if m.nodes[u].knob.is_none() => notes.push(format!(
-            "{} ({}) runs on one thread and bounds the pipeline at {}: it cannot be given more threads; make it cheaper or cache below it",
-            m.nodes[u].name,
-            m.nodes[u].op,
-            fmt::rate(last_rate)
-        )),
-        _ => {}
-    }
+    (recs, sc, ev)
+}
 
-    // Prefetch: makes the bound reachable, does not move it.
-    if prefetch.recommend() {
-        if let Some(at) = prefetch.at {
-            let name = &m.nodes[at].name;
-            let how = if prefetch.at_is_prefetch {
-                format!(
-                    "raise the buffer_size of {name} to at least {} (or tf.data.AUTOTUNE)",
-                    prefetch.add
-                )
-            } else {
-                format!("add .prefetch({}) right after {name}", prefetch.add)
-            };
-            recs.push(Recommendation {
-                kind: "prefetch".into(),
-                node: name.clone(),
-                value: f64::from(prefetch.add),
-                unit: "elements".into(),
-                predicted_rate: last_rate,
-                why: format!(
-                    "Little's law: {} × {} s of work per root element = {} elements must be in flight, {} are now; {how}",
-                    fmt::rate(Some(prefetch.rate)),
-                    fmt::num(prefetch.min_latency_s),
-                    fmt::num(prefetch.in_flight_needed),
-                    fmt::num(prefetch.in_flight)
-                ),
-            });
-        }
+/// Prefetch: makes the bound reachable, does not move it.
+fn recommend_prefetch(
+    m: &Model,
+    prefetch: &PrefetchAnalysis,
+    last_rate: Option<f64>,
+    out: &mut Outcome,
+) {
+    if !prefetch.recommend() {
+        return;
     }
+    let Some(at) = prefetch.at else { return };
+    let name = &m.nodes[at].name;
+    let how = if prefetch.at_is_prefetch {
+        format!(
+            "raise the buffer_size of {name} to at least {} (or tf.data.AUTOTUNE)",
+            prefetch.add
+        )
+    } else {
+        format!("add .prefetch({}) right after {name}", prefetch.add)
+    };
+    out.recommendations.push(Recommendation {
+        kind: "prefetch".into(),
+        node: name.clone(),
+        value: f64::from(prefetch.add),
+        unit: "elements".into(),
+        predicted_rate: last_rate,
+        why: format!(
+            "Little's law: {} × {} s of work per root element = {} elements must be in flight, {} are now; {how}",
+            fmt::rate(Some(prefetch.rate)),
+            fmt::num(prefetch.min_latency_s),
+            fmt::num(prefetch.in_flight_needed),
+            fmt::num(prefetch.in_flight)
+        ),
+    });
+}
 
-    // Cache, when it raises the rate.
-    if let Some(c) = cache.candidate {
-        let mut with = sc.clone();
-        with.cached.insert(c);
-        let ev_c = m.evaluate(&with);
-        let before = ev.rate;
-        if ev_c.rate > before * 1.01 {
-            let removed = m.removed_in(&with).iter().filter(|&&r| r).count();
-            let size = cache.bytes[c].unwrap_or(0.0);
-            let blocked = cache
-                .blocked
-                .first()
-                .map(|&(b, r)| {
-                    format!(
-                        "; caching higher, after {}, would freeze the randomness of {}",
-                        m.nodes[b].name, m.nodes[r].name
-                    )
-                })
-                .unwrap_or_default();
-            recs.push(Recommendation {
-                kind: "cache".into(),
-                node: m.nodes[c].name.clone(),
-                value: size,
-                unit: "bytes".into(),
-                predicted_rate: rate_opt(ev_c.rate),
-                why: format!(
-                    "add .cache() right after {}: one pass of its output is about {}{}, within the {} budget (90% of memory) and nothing below it is random{blocked}; from the second epoch on its {} op(s) no longer run",
-                    m.nodes[c].name,
-                    fmt::bytes(size),
-                    cache.records[c]
-                        .map(|r| format!(" ({} elements)", fmt::big(r)))
-                        .unwrap_or_default(),
-                    fmt::bytes(cache.budget.unwrap_or(0.0)),
-                    removed
-                ),
-            });
-        } else {
-            notes.push(format!(
-                "a cache after {} would fit but not raise the rate: what bounds the pipeline is above it",
-                m.nodes[c].name
-            ));
-        }
+/// Cache, when it raises the rate over `ev` (the scenario `sc` the changes
+/// reached); a note when it fits but would not.
+fn recommend_cache(
+    m: &Model,
+    cache: &CacheAnalysis,
+    sc: &Scenario,
+    ev: &Evaluation,
+    out: &mut Outcome,
+) {
+    let Some(c) = cache.candidate else { return };
+    let mut with = sc.clone();
+    with.cached.insert(c);
+    let ev_c = m.evaluate(&with);
+    let before = ev.rate;
+    if ev_c.rate > before * 1.01 {
+        let rec = cache_recommendation(m, cache, c, &with, ev_c.rate);
+        out.recommendations.push(rec);
+    } else {
+        out.notes.push(format!(
+            "a cache after {} would fit but not raise the rate: what bounds the pipeline is above it",
+            m.nodes[c].name
+        ));
     }
-    Outcome {
-        recommendations: recs,
-        notes,
+}
+
+/// The cache after `c` in the scenario `with`, which reaches `rate`.
+fn cache_recommendation(
+    m: &Model,
+    cache: &CacheAnalysis,
+    c: usize,
+    with: &Scenario,
+    rate: f64,
+) -> Recommendation {
+    let removed = m.removed_in(with).iter().filter(|&&r| r).count();
+    let size = cache.bytes[c].unwrap_or(0.0);
+    let blocked = cache
+        .blocked
+        .first()
+        .map(|&(b, r)| {
+            format!(
+                "; caching higher, after {}, would freeze the randomness of {}",
+                m.nodes[b].name, m.nodes[r].name
+            )
+        })
+        .unwrap_or_default();
+    Recommendation {
+        kind: "cache".into(),
+        node: m.nodes[c].name.clone(),
+        value: size,
+        unit: "bytes".into(),
+        predicted_rate: rate_opt(rate),
+        why: format!(
+            "add .cache() right after {}: one pass of its output is about {}{}, within the {} budget (90% of memory) and nothing below it is random{blocked}; from the second epoch on its {} op(s) no longer run",
+            m.nodes[c].name,
+            fmt::bytes(size),
+            cache.records[c]
+                .map(|r| format!(" ({} elements)", fmt::big(r)))
+                .unwrap_or_default(),
+            fmt::bytes(cache.budget.unwrap_or(0.0)),
+            removed
+        ),
     }
 }
 

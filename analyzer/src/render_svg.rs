@@ -119,19 +119,43 @@ fn layout(r: &Report) -> (Vec<f64>, Vec<usize>, usize) {
     (col, depth, max_depth)
 }
 
+/// Where the layout puts each node's box.
+struct Placement {
+    col: Vec<f64>,
+    depth: Vec<usize>,
+}
+
+impl Placement {
+    /// Top-left corner of node `i`'s box.
+    fn pos(&self, i: usize) -> (i64, i64) {
+        (
+            MARGIN + (self.col[i] * COL_W as f64).round() as i64 + (COL_W - BOX_W) / 2,
+            MARGIN + HEADER + self.depth[i] as i64 * ROW_H,
+        )
+    }
+}
+
 pub fn render_svg(r: &Report) -> String {
     let (col, depth, max_depth) = layout(r);
     let columns = col.iter().copied().fold(0.0_f64, f64::max) + 1.0;
     let width = (MARGIN * 2 + (columns * COL_W as f64).round() as i64).max(960);
     let height = MARGIN * 2 + HEADER + (max_depth as i64 + 1) * ROW_H;
-    let pos = |i: usize| {
-        (
-            MARGIN + (col[i] * COL_W as f64).round() as i64 + (COL_W - BOX_W) / 2,
-            MARGIN + HEADER + depth[i] as i64 * ROW_H,
-        )
-    };
+    let at = Placement { col, depth };
     let bottleneck = r.bottleneck.as_ref().map(|b| b.name.as_str());
     let mut s = String::with_capacity(r.nodes.len() * 700 + 2048);
+    svg_header(&mut s, r, width, height);
+    // Edges first, under the boxes.
+    edges(&mut s, r, &at);
+    for (i, n) in r.nodes.iter().enumerate() {
+        node_box(&mut s, r, n, at.pos(i), bottleneck);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The `<svg>` element, the arrow marker, the background, the title and
+/// the legend.
+fn svg_header(s: &mut String, r: &Report, width: i64, height: i64) {
     let _ = writeln!(
         s,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"11\">"
@@ -169,17 +193,20 @@ pub fn render_svg(r: &Report) -> String {
         "<text x=\"{MARGIN}\" y=\"{}\" fill=\"#555\">red: bottleneck · ◆ source · dashed: inside a function · gray: stale · green: cache after this op · edges: rate the input can carry (root elements/s)</text>",
         MARGIN + 34
     );
+}
 
+/// An arrow from each input's box to its consumer's, labelled with the rate
+/// the input can carry; function inputs dashed.
+fn edges(s: &mut String, r: &Report, at: &Placement) {
     let ids = name_index(r);
-    // Edges first, under the boxes.
     for (i, n) in r.nodes.iter().enumerate() {
-        let (px, py) = pos(i);
+        let (px, py) = at.pos(i);
         for (list, dashed) in [(&n.inputs, false), (&n.function_inputs, true)] {
             for c in list {
                 let Some(&j) = ids.get(c.as_str()) else {
                     continue;
                 };
-                let (cx, cy) = pos(j);
+                let (cx, cy) = at.pos(j);
                 let (x1, y1) = (cx + BOX_W / 2, cy);
                 let (x2, y2) = (px + BOX_W / 2, py + BOX_H);
                 let _ = writeln!(
@@ -193,76 +220,82 @@ pub fn render_svg(r: &Report) -> String {
                     (x1 + x2) / 2,
                     (y1 + y2) / 2 + 4,
                 );
-                push_xml(&mut s, &edge_text(&r.nodes[j]));
+                push_xml(s, &edge_text(&r.nodes[j]));
                 s.push_str("</text>\n");
             }
         }
     }
-    for (i, n) in r.nodes.iter().enumerate() {
-        let (x, y) = pos(i);
-        let is_b = bottleneck == Some(n.measured.name.as_str());
-        let (stroke, fill, text, sw) = if is_b {
-            ("#d00000", "#ffe5e5", "#900000", "3")
-        } else if n.stale {
-            ("#999999", "#f2f2f2", "#888888", "1")
-        } else {
-            ("#333333", "#f7fbff", "#111111", "1.2")
-        };
-        let dash = if n.function.is_some() {
-            " stroke-dasharray=\"6,3\""
-        } else {
-            ""
-        };
+}
+
+/// One op's box at `(x, y)`: coloured by bottleneck or staleness, with the
+/// cache mark, the source diamond and up to four label lines.
+fn node_box(
+    s: &mut String,
+    r: &Report,
+    n: &crate::report::NodeReport,
+    (x, y): (i64, i64),
+    bottleneck: Option<&str>,
+) {
+    let is_b = bottleneck == Some(n.measured.name.as_str());
+    let (stroke, fill, text, sw) = if is_b {
+        ("#d00000", "#ffe5e5", "#900000", "3")
+    } else if n.stale {
+        ("#999999", "#f2f2f2", "#888888", "1")
+    } else {
+        ("#333333", "#f7fbff", "#111111", "1.2")
+    };
+    let dash = if n.function.is_some() {
+        " stroke-dasharray=\"6,3\""
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        s,
+        "<g><rect x=\"{x}\" y=\"{y}\" width=\"{BOX_W}\" height=\"{BOX_H}\" rx=\"6\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"{sw}\"{dash}/>"
+    );
+    if r.cache.node.as_deref() == Some(n.measured.name.as_str()) {
         let _ = writeln!(
             s,
-            "<g><rect x=\"{x}\" y=\"{y}\" width=\"{BOX_W}\" height=\"{BOX_H}\" rx=\"6\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"{sw}\"{dash}/>"
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"8\" fill=\"none\" stroke=\"#2f855a\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\" fill=\"#2f855a\" text-anchor=\"end\" font-weight=\"bold\">cache after this op</text>",
+            x - 4,
+            y - 4,
+            BOX_W + 8,
+            BOX_H + 8,
+            x + BOX_W - 4,
+            y - 8
         );
-        if r.cache.node.as_deref() == Some(n.measured.name.as_str()) {
-            let _ = writeln!(
-                s,
-                "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"8\" fill=\"none\" stroke=\"#2f855a\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\" fill=\"#2f855a\" text-anchor=\"end\" font-weight=\"bold\">cache after this op</text>",
-                x - 4,
-                y - 4,
-                BOX_W + 8,
-                BOX_H + 8,
-                x + BOX_W - 4,
-                y - 8
-            );
-        }
-        if n.source {
-            let (dx, dy) = (x + BOX_W - 14, y + 12);
-            let _ = writeln!(
-                s,
-                "<polygon points=\"{},{} {},{} {},{} {},{}\" fill=\"#2b6cb0\"/>",
-                dx,
-                dy - 7,
-                dx + 7,
-                dy,
-                dx,
-                dy + 7,
-                dx - 7,
-                dy
-            );
-        }
-        for (li, line) in node_label(n).iter().take(4).enumerate() {
-            let weight = if li == 0 { " font-weight=\"bold\"" } else { "" };
-            let _ = write!(
-                s,
-                "<text x=\"{}\" y=\"{}\" fill=\"{text}\"{weight}>",
-                x + 8,
-                y + 15 + li as i64 * 14,
-            );
-            let (shown, cut) = clip(line);
-            push_xml(&mut s, shown);
-            if cut {
-                s.push('…');
-            }
-            s.push_str("</text>\n");
-        }
-        s.push_str("</g>\n");
     }
-    s.push_str("</svg>\n");
-    s
+    if n.source {
+        let (dx, dy) = (x + BOX_W - 14, y + 12);
+        let _ = writeln!(
+            s,
+            "<polygon points=\"{},{} {},{} {},{} {},{}\" fill=\"#2b6cb0\"/>",
+            dx,
+            dy - 7,
+            dx + 7,
+            dy,
+            dx,
+            dy + 7,
+            dx - 7,
+            dy
+        );
+    }
+    for (li, line) in node_label(n).iter().take(4).enumerate() {
+        let weight = if li == 0 { " font-weight=\"bold\"" } else { "" };
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"{}\" fill=\"{text}\"{weight}>",
+            x + 8,
+            y + 15 + li as i64 * 14,
+        );
+        let (shown, cut) = clip(line);
+        push_xml(s, shown);
+        if cut {
+            s.push('…');
+        }
+        s.push_str("</text>\n");
+    }
+    s.push_str("</g>\n");
 }
 
 /// Node index by name; the first node of a name wins.

@@ -12,6 +12,20 @@ const MAX_ROWS: usize = 12;
 
 pub fn render_text(r: &Report) -> String {
     let mut s = String::new();
+    verdict(&mut s, r);
+    ranked_table(&mut s, r);
+    let _ = writeln!(s);
+    what_to_change(&mut s, r);
+    lp_lines(&mut s, r);
+    utilisation_line(&mut s, r);
+    cache_lines(&mut s, r);
+    prefetch_line(&mut s, r);
+    notes(&mut s, r);
+    s
+}
+
+/// The window and machine, then the bottleneck with observed and model rates.
+fn verdict(s: &mut String, r: &Report) {
     let cpu = match r.cpu_source.as_str() {
         "cpu_clock" => "thread CPU time",
         _ => "wall time (no CPU time in the file)",
@@ -51,10 +65,10 @@ pub fn render_text(r: &Report) -> String {
         fmt::rate(r.predicted_rate)
     );
     let _ = writeln!(s);
+}
 
-    ranked_table(&mut s, r);
-    let _ = writeln!(s);
-
+/// The recommendations, numbered, each with its predicted rate and why.
+fn what_to_change(s: &mut String, r: &Report) {
     let _ = writeln!(s, "WHAT TO CHANGE");
     if r.recommendations.is_empty() {
         let _ = writeln!(s, "  nothing the model can improve");
@@ -72,7 +86,10 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(s, "     {}", rec.why);
     }
     let _ = writeln!(s);
+}
 
+/// The LP's rate and largest allocations, then its rounded parallelism.
+fn lp_lines(s: &mut String, r: &Report) {
     let lp = &r.lp;
     // The six largest allocations, without sorting them all.
     let mut top: Vec<(&String, f64)> = Vec::with_capacity(7);
@@ -104,7 +121,12 @@ pub fn render_text(r: &Report) -> String {
             shown.join(", ")
         }
     );
-    // Rounded parallelism where it differs from the current one.
+    rounded_line(s, r);
+}
+
+/// Rounded parallelism where it differs from the current one.
+fn rounded_line(s: &mut String, r: &Report) {
+    let lp = &r.lp;
     let current: std::collections::HashMap<&str, f64> = r
         .nodes
         .iter()
@@ -133,7 +155,10 @@ pub fn render_text(r: &Report) -> String {
             fmt::rate(lp.rounded_rate)
         );
     }
+}
 
+/// CPU and disk use over the window.
+fn utilisation_line(s: &mut String, r: &Report) {
     let u = &r.utilisation;
     let disk = match (u.disk, r.machine.disk_bandwidth) {
         (Some(d), Some(bw)) => format!(
@@ -156,7 +181,10 @@ pub fn render_text(r: &Report) -> String {
         fmt::num(u.cores_used),
         fmt::count(r.machine.cores)
     );
+}
 
+/// Where a cache fits, or why none does, and the first ops it may not follow.
+fn cache_lines(s: &mut String, r: &Report) {
     let c = &r.cache;
     let cache_line = match (&c.node, c.size_bytes) {
         (Some(n), Some(b)) => format!(
@@ -185,6 +213,10 @@ pub fn render_text(r: &Report) -> String {
             );
         }
     }
+}
+
+/// Elements in flight needed (Little's law) against those there now.
+fn prefetch_line(s: &mut String, r: &Report) {
     let p = &r.prefetch;
     let _ = writeln!(
         s,
@@ -199,7 +231,10 @@ pub fn render_text(r: &Report) -> String {
             (k, _) => format!(": add {k}"),
         }
     );
+}
 
+/// The analysis notes, then what the recording did not measure.
+fn notes(s: &mut String, r: &Report) {
     if !r.notes.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(s, "NOTES");
@@ -212,7 +247,6 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(s);
         s.push_str(&missing);
     }
-    s
 }
 
 fn visit(v: f64) -> String {

@@ -88,9 +88,20 @@ fn image_pipeline_stacks_under_the_map_op() {
             .any(|(s, _)| s.starts_with("[ParallelMapV2];")),
         "no blocked time under the map op in offcpu.folded"
     );
-    // Every byte of the recording's file reads, by stack, under the op
-    // that read it, the file as the leaf.
-    let io = folded(&out, "io.folded");
+    check_io_stacks(&out, &report);
+    check_cpu_stacks(&out, samples);
+
+    // Stacks unwound with .eh_frame reach a thread entry point.
+    assert!(complete >= 95.0, "{complete}% complete stacks");
+
+    check_op_spans(&out);
+    check_no_drops(&report);
+}
+
+/// Every byte of the recording's file reads, by stack, under the op that
+/// read it, the file as the leaf.
+fn check_io_stacks(out: &Path, report: &Value) {
+    let io = folded(out, "io.folded");
     let io_bytes: u64 = io.iter().map(|(_, c)| c).sum();
     let read: f64 = report["files"]
         .as_array()
@@ -109,8 +120,12 @@ fn image_pipeline_stacks_under_the_map_op() {
             "read not under TFRecord: {s}"
         );
     }
+}
 
-    let cpu = folded(&out, "cpu.folded");
+/// cpu.folded counts `samples` periods at 49 Hz, most of them the map's,
+/// and the decode under the map down to libjpeg.
+fn check_cpu_stacks(out: &Path, samples: u64) {
+    let cpu = folded(out, "cpu.folded");
     let total: u64 = cpu.iter().map(|(_, c)| c).sum();
     let period = 1_000_000_000 / 49;
     assert_eq!(total / period, samples, "cpu.folded counts vs samples");
@@ -149,12 +164,11 @@ fn image_pipeline_stacks_under_the_map_op() {
         .filter(|(s, _)| s.contains("ResizeBilinear") || s.contains("Resize"))
         .count();
     eprintln!("{resize} distinct resize stacks under the map");
+}
 
-    // Stacks unwound with .eh_frame reach a thread entry point.
-    assert!(complete >= 95.0, "{complete}% complete stacks");
-
-    // Op spans of the attribution windows: which op each thread worked
-    // for, when; one thread's spans never overlap.
+/// Op spans of the attribution windows: which op each thread worked for,
+/// when; one thread's spans never overlap.
+fn check_op_spans(out: &Path) {
     let trace: Value =
         serde_json::from_slice(&std::fs::read(out.join("trace.json")).expect("trace.json"))
             .expect("trace.json is JSON");
@@ -200,8 +214,10 @@ fn image_pipeline_stacks_under_the_map_op() {
             assert!(w[0].1 <= w[1].0 + 0.001, "spans overlap on {tid}: {w:?}");
         }
     }
+}
 
-    // Nothing lost in the sampler.
+/// Nothing lost in the sampler.
+fn check_no_drops(report: &Value) {
     let drops = report["drops"].as_array().expect("drops");
     for what in [
         "sample_ringbuf_full",

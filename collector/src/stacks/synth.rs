@@ -43,14 +43,18 @@ fn sample(thread: &ThreadInfo, op: Option<&OpRef>, frames: &[&str], weight: Weig
 
 /// The samples, in arrival order (identical stacks repeated).
 pub fn demo_samples() -> Vec<StackSample> {
-    let [map, batch, tfrecord] = ops();
+    let mut v = map_samples();
+    v.extend(batch_and_reader_samples());
+    v.extend(outside_samples());
+    v
+}
+
+/// The map's UDF pool: the JPEG decode, a JIT frame, a C++ name with `;`,
+/// and the py_function waiting for the GIL.
+fn map_samples() -> Vec<StackSample> {
+    let [map, _, _] = ops();
     let pool = |tid| ThreadInfo::new(tid, "tf_data_privat").with_role("tf_data_private_threadpool");
     let (w1, w2) = (pool(101), pool(102));
-    let prefetch = ThreadInfo::new(140, "tf_data_prefet").with_role("tf_data_prefetch");
-    let reader = ThreadInfo::new(150, "tf_data_private_threadpool");
-    let python = ThreadInfo::new(120, "python3");
-    let compute = ThreadInfo::new(130, "tf_Compute");
-
     let map_fn = [
         "tensorflow::data::ParallelMapDatasetOp::Dataset::Iterator::RunnerThread(std::shared_ptr<tensorflow::data::IteratorContext> const&)",
         "tensorflow::data::InstantiatedCapturedFunction::Run(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>&&, std::vector<tensorflow::Tensor>*, std::shared_ptr<tensorflow::model::Node> const&) const",
@@ -74,6 +78,42 @@ pub fn demo_samples() -> Vec<StackSample> {
         ]);
         v
     };
+    let idct = Weight::CpuNs(10 * MS);
+    let gil = Weight::LockWaitNs {
+        ns: 15 * MS,
+        lock: LockKind::Gil,
+    };
+    let rows = [
+        (&w1, decode("jpeg_idct_islow"), idct),
+        (&w1, decode("jpeg_idct_islow"), idct),
+        (&w1, decode("jpeg_idct_islow"), idct),
+        (&w2, decode("jpeg_idct_islow"), idct),
+        (&w2, decode("decode_mcu"), Weight::CpuNs(25 * MS)),
+        (
+            &w1,
+            vec![map_fn[0], map_fn[1], "[jit]"],
+            Weight::CpuNs(5 * MS),
+        ),
+        // A C++ name with `;` in it: the folded output must not split it.
+        (
+            &w1,
+            vec![map_fn[0], "std::array<float; 4>::fill(float const&)"],
+            Weight::CpuNs(2 * MS),
+        ),
+        (&w1, py_udf.clone(), gil),
+        (&w2, py_udf, gil),
+    ];
+    rows.into_iter()
+        .map(|(thread, frames, weight)| sample(thread, Some(&map), &frames, weight))
+        .collect()
+}
+
+/// The batch's copy and its wait for the map on the prefetch thread; the
+/// reader's CRC, its blocked reads and the bytes they read.
+fn batch_and_reader_samples() -> Vec<StackSample> {
+    let [_, batch, tfrecord] = ops();
+    let prefetch = ThreadInfo::new(140, "tf_data_prefet").with_role("tf_data_prefetch");
+    let reader = ThreadInfo::new(150, "tf_data_private_threadpool");
     let batch_copy = [
         "tensorflow::data::BatchDatasetOp::Dataset::Iterator::GetNextInternal(tensorflow::data::IteratorContext*, std::vector<tensorflow::Tensor>*, bool*)",
         "tensorflow::data::CopyPartialBatch(long, tensorflow::Tensor const&, tensorflow::Tensor*)",
@@ -92,139 +132,81 @@ pub fn demo_samples() -> Vec<StackSample> {
             leaf,
         ]
     };
-    let main_loop = ["_start", "Py_RunMain", "_PyEval_EvalFrameDefault"];
+    let condvar = Weight::LockWaitNs {
+        ns: 50 * MS,
+        lock: LockKind::Condvar,
+    };
+    vec![
+        sample(&prefetch, Some(&batch), &batch_copy, Weight::CpuNs(8 * MS)),
+        sample(&prefetch, Some(&batch), &batch_wait, condvar),
+        sample(
+            &reader,
+            Some(&tfrecord),
+            &read("crc32c::ExtendSse42"),
+            Weight::CpuNs(3 * MS),
+        ),
+        sample(
+            &reader,
+            Some(&tfrecord),
+            &read("__pread64"),
+            Weight::OffcpuNs(12 * MS),
+        ),
+        sample(
+            &reader,
+            Some(&tfrecord),
+            &read("__pread64"),
+            Weight::IoBytes(1 << 20),
+        ),
+    ]
+}
 
-    let mut v = Vec::new();
-    for _ in 0..3 {
-        v.push(sample(
-            &w1,
-            Some(&map),
-            &decode("jpeg_idct_islow"),
-            Weight::CpuNs(10 * MS),
-        ));
-    }
-    v.push(sample(
-        &w2,
-        Some(&map),
-        &decode("jpeg_idct_islow"),
-        Weight::CpuNs(10 * MS),
-    ));
-    v.push(sample(
-        &w2,
-        Some(&map),
-        &decode("decode_mcu"),
-        Weight::CpuNs(25 * MS),
-    ));
-    v.push(sample(
-        &w1,
-        Some(&map),
-        &[map_fn[0], map_fn[1], "[jit]"],
-        Weight::CpuNs(5 * MS),
-    ));
-    // A C++ name with `;` in it: the folded output must not split it.
-    v.push(sample(
-        &w1,
-        Some(&map),
-        &[map_fn[0], "std::array<float; 4>::fill(float const&)"],
-        Weight::CpuNs(2 * MS),
-    ));
-    for w in [&w1, &w2] {
-        v.push(sample(
-            w,
-            Some(&map),
-            &py_udf,
-            Weight::LockWaitNs {
-                ns: 15 * MS,
+/// Outside the pipeline: the Python main thread (running, then waiting for
+/// the GIL; its stack starts at `_start`, not a thread entry) and a
+/// compute thread (running, on a futex, off CPU).
+fn outside_samples() -> Vec<StackSample> {
+    let python = ThreadInfo::new(120, "python3");
+    let compute = ThreadInfo::new(130, "tf_Compute");
+    let main_loop = ["_start", "Py_RunMain", "_PyEval_EvalFrameDefault"];
+    let worker_loop = "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)";
+    let mut v = vec![
+        StackSample {
+            thread: python.clone(),
+            op: None,
+            frames: main_loop
+                .iter()
+                .map(|f| f.to_string())
+                .chain(["[unknown]".to_string()])
+                .collect(),
+            weight: Weight::CpuNs(7 * MS),
+        },
+        StackSample {
+            thread: python,
+            op: None,
+            frames: main_loop
+                .iter()
+                .chain(&["PyEval_RestoreThread", "take_gil", "pthread_cond_timedwait"])
+                .map(|f| f.to_string())
+                .collect(),
+            weight: Weight::LockWaitNs {
+                ns: 20 * MS,
                 lock: LockKind::Gil,
             },
-        ));
-    }
-    v.push(sample(
-        &prefetch,
-        Some(&batch),
-        &batch_copy,
-        Weight::CpuNs(8 * MS),
-    ));
-    v.push(sample(
-        &prefetch,
-        Some(&batch),
-        &batch_wait,
-        Weight::LockWaitNs {
-            ns: 50 * MS,
-            lock: LockKind::Condvar,
         },
-    ));
-    v.push(sample(
-        &reader,
-        Some(&tfrecord),
-        &read("crc32c::ExtendSse42"),
-        Weight::CpuNs(3 * MS),
-    ));
-    v.push(sample(
-        &reader,
-        Some(&tfrecord),
-        &read("__pread64"),
-        Weight::OffcpuNs(12 * MS),
-    ));
-    v.push(sample(
-        &reader,
-        Some(&tfrecord),
-        &read("__pread64"),
-        Weight::IoBytes(1 << 20),
-    ));
-    v.push(StackSample {
-        thread: python.clone(),
-        op: None,
-        frames: main_loop
-            .iter()
-            .map(|f| f.to_string())
-            .chain(["[unknown]".to_string()])
-            .collect(),
-        weight: Weight::CpuNs(7 * MS),
-    });
-    v.push(StackSample {
-        thread: python,
-        op: None,
-        frames: main_loop
-            .iter()
-            .chain(&["PyEval_RestoreThread", "take_gil", "pthread_cond_timedwait"])
-            .map(|f| f.to_string())
-            .collect(),
-        weight: Weight::LockWaitNs {
-            ns: 20 * MS,
-            lock: LockKind::Gil,
-        },
-    });
-    v.push(sample(
-        &compute,
-        None,
-        &[
-            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
+    ];
+    let futex = Weight::LockWaitNs {
+        ns: 4 * MS,
+        lock: LockKind::Futex,
+    };
+    for (leaf, weight) in [
+        (
             "Eigen::internal::TensorExecutor<>::run",
-        ],
-        Weight::CpuNs(15 * MS),
-    ));
-    v.push(sample(
-        &compute,
-        None,
-        &[
-            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
-            "syscall",
-        ],
-        Weight::LockWaitNs {
-            ns: 4 * MS,
-            lock: LockKind::Futex,
-        },
-    ));
-    v.push(sample(
-        &compute,
-        None,
-        &[
-            "Eigen::ThreadPoolTempl<tsl::thread::EigenEnvironment>::WorkerLoop(int)",
-            "syscall",
-        ],
-        Weight::OffcpuNs(30 * MS),
-    ));
+            Weight::CpuNs(15 * MS),
+        ),
+        ("syscall", futex),
+        ("syscall", Weight::OffcpuNs(30 * MS)),
+    ] {
+        v.push(sample(&compute, None, &[worker_loop, leaf], weight));
+    }
     v
 }
 
