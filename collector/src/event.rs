@@ -107,6 +107,67 @@ impl DropCount {
     }
 }
 
+/// The probe's own cost to the target over the window, by mechanism, as
+/// the recording measured it. Every figure is counted, not timed against a
+/// baseline: the kernel's BPF run-time statistics, uprobe hits times a
+/// per-hit cost calibrated on this machine, the probe process's CPU time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ProbeCost {
+    /// The target's CPU time over the window, ns.
+    pub target_cpu_ns: u64,
+    /// Run time of the probe's BPF programs, ns (in the target's context,
+    /// or run for it: programs on scheduler or syscall tracepoints also run
+    /// for other processes, and count in full).
+    pub bpf_ns: u64,
+    /// Uprobe hits in the target (each is a trap into the kernel).
+    pub trap_hits: u64,
+    /// `trap_hits` times the calibrated cost of a trap without its
+    /// program, ns.
+    pub trap_ns: u64,
+    /// The calibrated cost of one trap, ns (0: not calibrated).
+    pub trap_cost_ns: u64,
+    /// The probe process's own CPU time, ns: it competes for the cores.
+    pub probe_cpu_ns: u64,
+    /// The share of the target's CPU the user allowed (0.01 = 1%).
+    pub budget: f64,
+    /// Per probe: hits and BPF run time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeHits>,
+    /// What was thinned to stay within the budget, and what that costs in
+    /// accuracy; empty when nothing was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinned: Vec<String>,
+}
+
+impl ProbeCost {
+    /// The cost's parts, summed, ns.
+    pub fn total_ns(&self) -> u64 {
+        self.bpf_ns
+            .saturating_add(self.trap_ns)
+            .saturating_add(self.probe_cpu_ns)
+    }
+
+    /// The cost as a share of the target's CPU over the window (0 when the
+    /// target used none).
+    pub fn target_share(&self) -> f64 {
+        if self.target_cpu_ns == 0 {
+            0.0
+        } else {
+            self.total_ns() as f64 / self.target_cpu_ns as f64
+        }
+    }
+}
+
+/// One probe's part of [`ProbeCost`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ProbeHits {
+    pub name: String,
+    pub hits: u64,
+    pub bpf_ns: u64,
+    /// A uprobe (its hits are traps).
+    pub uprobe: bool,
+}
+
 /// Time a thread spent blocked, by cause. Cumulative since the probe
 /// attached (not since the thread started).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,6 +308,9 @@ pub enum Event {
     Drops {
         drops: Vec<DropCount>,
     },
+    /// What observing the target cost it over the window so far; a later
+    /// event replaces an earlier.
+    ProbeCost(ProbeCost),
     /// End of the recording. `partial` is set when it ended before the
     /// requested duration (target exited, interrupted).
     End {

@@ -140,6 +140,97 @@ pub struct MeasuredReport<N: NodeList = Vec<MeasuredNode>> {
     /// one is made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_measured: Vec<String>,
+    /// What observing the target cost it over the window; absent when the
+    /// recording did not measure it (a file of Plumber's TensorFlow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_overhead: Option<ReportOverhead>,
+}
+
+/// `probe_overhead` in report.json: stats.pb's `ProbeOverhead`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ReportOverhead {
+    /// (bpf_ns + trap_ns + probe_cpu_ns) / target_cpu_ns.
+    pub target_share: f64,
+    pub target_cpu_ns: i64,
+    pub bpf_ns: i64,
+    pub trap_hits: i64,
+    pub trap_ns: i64,
+    pub trap_cost_ns: i64,
+    pub probe_cpu_ns: i64,
+    pub budget: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ReportProbeHits>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinned: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ReportProbeHits {
+    pub name: String,
+    pub hits: i64,
+    pub bpf_ns: i64,
+    pub uprobe: bool,
+}
+
+impl ReportOverhead {
+    fn from_proto(o: &crate::proto::pipeline_snapshot::ProbeOverhead) -> Self {
+        ReportOverhead {
+            target_share: o.target_share,
+            target_cpu_ns: o.target_cpu_ns,
+            bpf_ns: o.bpf_ns,
+            trap_hits: o.trap_hits,
+            trap_ns: o.trap_ns,
+            trap_cost_ns: o.trap_cost_ns,
+            probe_cpu_ns: o.probe_cpu_ns,
+            budget: o.budget,
+            probes: o
+                .probes
+                .iter()
+                .map(|p| ReportProbeHits {
+                    name: p.name.clone(),
+                    hits: p.hits,
+                    bpf_ns: p.bpf_ns,
+                    uprobe: p.uprobe,
+                })
+                .collect(),
+            thinned: o.thinned.clone(),
+        }
+    }
+
+    /// The line a recording ends with, e.g. `probe cost: 0.6% of the
+    /// target's CPU (in-target BPF 0.2%, uprobe traps 0.3%, probe process
+    /// 0.1%); budget 1%`.
+    pub fn line(&self) -> String {
+        let pct = |ns: i64| {
+            if self.target_cpu_ns > 0 {
+                100.0 * ns as f64 / self.target_cpu_ns as f64
+            } else {
+                0.0
+            }
+        };
+        let mut line = format!(
+            "probe cost: {:.2}% of the target's CPU (in-target BPF {:.2}%, uprobe traps {:.2}%, probe process {:.2}%); budget {}%",
+            100.0 * self.target_share,
+            pct(self.bpf_ns),
+            pct(self.trap_ns),
+            pct(self.probe_cpu_ns),
+            fmt_pct(100.0 * self.budget),
+        );
+        if self.budget > 0.0 && self.target_share > self.budget {
+            line.push_str(" — OVER BUDGET");
+        }
+        if !self.thinned.is_empty() {
+            line.push_str("; thinned: ");
+            line.push_str(&self.thinned.join("; "));
+        }
+        line
+    }
+}
+
+/// A percentage without trailing zeros: 1, 0.5, 2.25.
+fn fmt_pct(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The top-level measured fields without the nodes: what the analyzer's
@@ -202,6 +293,7 @@ impl MeasuredReport {
             threads: self.threads,
             lock_sites: self.lock_sites,
             not_measured: self.not_measured,
+            probe_overhead: self.probe_overhead,
         };
         (summary, self.nodes)
     }
@@ -247,6 +339,37 @@ fn files_opened(s: &OpStats) -> i64 {
     }
 }
 
+/// One op's measured entry, from its stats and the graph.
+fn measured_node(s: &OpStats, topo: &Topology) -> MeasuredNode {
+    let node = topo.nodes.get(&s.name);
+    MeasuredNode {
+        name: s.name.clone(),
+        op: node.map(|n| n.op.clone()).unwrap_or_default(),
+        path: s.probe_path.clone(),
+        parent: node.and_then(|n| n.parent.clone()),
+        elements_produced: s.aggregate_elements_produced,
+        wall_ns: s.aggregate_processing_time,
+        parallelism: if s.probe_parallelism > 0.0 {
+            s.probe_parallelism
+        } else {
+            s.parallelism as f64
+        },
+        buffered_elements: if s.probe_buffered_elements != 0 {
+            s.probe_buffered_elements
+        } else {
+            s.aggregate_max_buffer_size
+        },
+        bytes_produced: s.aggregate_bytes_produced,
+        cpu_ns: cpu_ns(s),
+        cpu_ms_per_element: cpu_ms_per_element(cpu_ns(s), s.aggregate_elements_produced),
+        io_bytes_read: s.aggregate_disk_bytes_read,
+        files_opened: files_opened(s),
+        lock_wait_ns: s.probe_lock_wait_ns,
+        gil_wait_ns: s.probe_gil_wait_ns,
+        cond_wait_ns: s.probe_cond_wait_ns,
+    }
+}
+
 /// The measured report of a snapshot, ours or one written by Plumber's
 /// TensorFlow (then target fields are zero/empty and paths are empty).
 pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
@@ -260,35 +383,7 @@ pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
     let nodes = snapshot
         .stats
         .iter()
-        .map(|s| {
-            let node = topo.nodes.get(&s.name);
-            MeasuredNode {
-                name: s.name.clone(),
-                op: node.map(|n| n.op.clone()).unwrap_or_default(),
-                path: s.probe_path.clone(),
-                parent: node.and_then(|n| n.parent.clone()),
-                elements_produced: s.aggregate_elements_produced,
-                wall_ns: s.aggregate_processing_time,
-                parallelism: if s.probe_parallelism > 0.0 {
-                    s.probe_parallelism
-                } else {
-                    s.parallelism as f64
-                },
-                buffered_elements: if s.probe_buffered_elements != 0 {
-                    s.probe_buffered_elements
-                } else {
-                    s.aggregate_max_buffer_size
-                },
-                bytes_produced: s.aggregate_bytes_produced,
-                cpu_ns: cpu_ns(s),
-                cpu_ms_per_element: cpu_ms_per_element(cpu_ns(s), s.aggregate_elements_produced),
-                io_bytes_read: s.aggregate_disk_bytes_read,
-                files_opened: files_opened(s),
-                lock_wait_ns: s.probe_lock_wait_ns,
-                gil_wait_ns: s.probe_gil_wait_ns,
-                cond_wait_ns: s.probe_cond_wait_ns,
-            }
-        })
+        .map(|s| measured_node(s, &topo))
         .collect();
     // Op path -> node name (the first node of a path, as the stats join).
     let mut by_path: HashMap<&str, &str> = HashMap::new();
@@ -366,5 +461,9 @@ pub fn measured(snapshot: &PipelineSnapshot) -> MeasuredReport {
             })
             .collect(),
         not_measured: probe.not_measured,
+        probe_overhead: snapshot
+            .probe_overhead
+            .as_ref()
+            .map(ReportOverhead::from_proto),
     }
 }

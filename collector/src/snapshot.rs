@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
-    Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats, ProbeInfo, SnapshotInfo,
+    Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats, ProbeHits, ProbeInfo, ProbeOverhead,
+    SnapshotInfo,
 };
 use crate::proto::{
     AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NameAttrList, NodeDef, OpDef,
@@ -355,8 +356,33 @@ pub fn build_snapshot(w: &WindowResult) -> PipelineSnapshot {
                 count: sat_i64(d.count),
             })
             .collect(),
+        probe_overhead: w.probe_cost.as_ref().map(overhead_proto),
         ..Default::default()
     };
     usage::fill_snapshot(&mut snapshot, w);
     snapshot
+}
+
+fn overhead_proto(c: &crate::event::ProbeCost) -> ProbeOverhead {
+    ProbeOverhead {
+        target_share: c.target_share(),
+        target_cpu_ns: sat_i64(c.target_cpu_ns),
+        bpf_ns: sat_i64(c.bpf_ns),
+        trap_hits: sat_i64(c.trap_hits),
+        trap_ns: sat_i64(c.trap_ns),
+        trap_cost_ns: sat_i64(c.trap_cost_ns),
+        probe_cpu_ns: sat_i64(c.probe_cpu_ns),
+        budget: c.budget,
+        probes: c
+            .probes
+            .iter()
+            .map(|p| ProbeHits {
+                name: p.name.clone(),
+                hits: sat_i64(p.hits),
+                bpf_ns: sat_i64(p.bpf_ns),
+                uprobe: p.uprobe,
+            })
+            .collect(),
+        thinned: c.thinned.clone(),
+    }
 }

@@ -80,6 +80,8 @@ pub struct WindowResult {
     pub non_pipeline_waits: WaitCounters,
     /// File bytes read for no known op.
     pub unattributed_io_bytes: u64,
+    /// What observing the target cost it, when the recording measured it.
+    pub probe_cost: Option<event::ProbeCost>,
 }
 
 impl WindowResult {
@@ -153,6 +155,7 @@ pub struct Aggregator {
     probe_drops: BTreeMap<String, u64>,
     own_drops: BTreeMap<&'static str, u64>,
     attribution: Attributor,
+    probe_cost: Option<event::ProbeCost>,
 }
 
 impl Aggregator {
@@ -170,6 +173,7 @@ impl Aggregator {
                     self.probe_drops.insert(d.what, d.count);
                 }
             }
+            Event::ProbeCost(c) => self.probe_cost = Some(c),
             Event::End { partial, reason } => self.end = Some(EndInfo { partial, reason }),
             e @ (Event::Threads { .. }
             | Event::Attribution { .. }
@@ -344,6 +348,7 @@ impl Aggregator {
             unattributed_waits: attributed.unattributed_waits,
             non_pipeline_waits: attributed.non_pipeline_waits,
             unattributed_io_bytes: attributed.unattributed_io_bytes,
+            probe_cost: self.probe_cost,
         })
     }
 
