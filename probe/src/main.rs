@@ -23,6 +23,7 @@ mod sampler;
 mod shim_abi;
 mod sink;
 mod stop;
+mod symbolize;
 mod symbols;
 mod target;
 mod threads;

@@ -33,9 +33,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use blazesym::symbolize::source::{Process, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use blazesym::Pid;
 use libbpf_rs::{Link, RingBuffer};
 use plumber_collector::event::{
     AttributionSample, DropCount, Event, FileIo, LockSite, NodeObservation, ThreadObservation,
@@ -51,6 +48,7 @@ use crate::derive::{self, Derived, ProbePoint};
 use crate::frames::{getnext_class, is_wait_machinery, op_class_of_model, strip_params};
 use crate::mem::Memory;
 use crate::sink::EventSink;
+use crate::symbolize::{AddrNames, UNKNOWN};
 use crate::target::Target;
 use crate::threads::{self, NameRegistry};
 
@@ -243,7 +241,7 @@ pub struct Usage<'a, 'obj> {
     node_path: HashMap<u64, String>,
     /// Normalized op class (`ParallelMap`) -> op paths of that class.
     class_paths: HashMap<String, HashSet<String>>,
-    symbolizer: Symbolizer,
+    symbolizer: AddrNames,
     stacks: HashMap<i64, StackInfo>,
     sites_prev: HashMap<SiteKey, (u64, u64)>,
     attach_failures: u64,
@@ -382,7 +380,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             sizes: HashMap::new(),
             node_path: HashMap::new(),
             class_paths: HashMap::new(),
-            symbolizer: Symbolizer::new(),
+            symbolizer: AddrNames::new(target.pid),
             stacks: HashMap::new(),
             sites_prev: HashMap::new(),
             attach_failures: 0,
@@ -765,7 +763,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         self.stacks.entry(id).or_insert_with(|| StackInfo {
             frames: Vec::new(),
             op: String::new(),
-            site: "[unknown]".into(),
+            site: UNKNOWN.into(),
         })
     }
 
@@ -789,7 +787,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
             .iter()
             .find(|n| !is_wait_machinery(n))
             .map(|n| strip_params(n))
-            .unwrap_or_else(|| "[unknown]".into());
+            .unwrap_or_else(|| UNKNOWN.into());
         StackInfo {
             frames: names,
             op,
@@ -801,15 +799,8 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if addrs.is_empty() {
             return Vec::new();
         }
-        let src = Source::Process(Process::new(Pid::from(self.pid as u32)));
-        match self.symbolizer.symbolize(&src, Input::AbsAddr(addrs)) {
-            Ok(syms) => syms
-                .into_iter()
-                .map(|s| match s {
-                    Symbolized::Sym(s) => s.name.to_string(),
-                    Symbolized::Unknown(_) => "[unknown]".to_string(),
-                })
-                .collect(),
+        match self.symbolizer.user(addrs) {
+            Ok(names) => names,
             Err(e) => {
                 debug!("symbolizing a stack: {e}");
                 Vec::new()
