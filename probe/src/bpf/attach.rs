@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{Link, UprobeMultiOpts};
+use libbpf_rs::{Link, ProgramMut, UprobeMultiOpts};
 use tracing::debug;
 
 use super::reaper::close_apart;
@@ -13,7 +13,7 @@ use super::{Bpf, BpfError, WaitProbe};
 impl<'obj> Bpf<'obj> {
     fn attach(
         &self,
-        prog: &libbpf_rs::ProgramMut<'_>,
+        prog: &ProgramMut<'_>,
         what: &'static str,
         ret: bool,
         lib: &Path,
@@ -138,20 +138,9 @@ impl<'obj> Bpf<'obj> {
         // the rest of the recording (seen once as tens of thousands of
         // getnext_stack_overflow drops, the nested ops unseen). A return
         // without an entry pops nothing and is counted.
-        let exit = self.attach(
-            &self.skel.progs.getnext_exit,
-            "GetNext return probe",
-            true,
-            lib,
-            offset,
-        )?;
-        let enter = self.attach(
-            &self.skel.progs.getnext_enter,
-            "GetNext entry probe",
-            false,
-            lib,
-            offset,
-        )?;
+        let p = &self.skel.progs;
+        let exit = self.attach(&p.getnext_exit, "GetNext return probe", true, lib, offset)?;
+        let enter = self.attach(&p.getnext_enter, "GetNext entry probe", false, lib, offset)?;
         Ok((enter, exit))
     }
 
@@ -190,30 +179,12 @@ impl<'obj> Bpf<'obj> {
     /// The scheduler tracepoint (BTF-typed, so no tracefs needed; attribution
     /// windows only).
     pub fn attach_switch(&self) -> Result<Link, BpfError> {
-        self.skel
-            .progs
-            .on_switch
-            .attach()
-            .map_err(|source| BpfError::Attach {
-                what: "sched_switch",
-                lib: "kernel tracepoint".into(),
-                offset: 0,
-                source,
-            })
+        attach_tracepoint(&self.skel.progs.on_switch, "sched_switch")
     }
 
     /// Task free: final runtime of threads that exit.
     pub fn attach_exit_hook(&self) -> Result<Link, BpfError> {
-        self.skel
-            .progs
-            .on_free
-            .attach()
-            .map_err(|source| BpfError::Attach {
-                what: "sched_process_free",
-                lib: "kernel tracepoint".into(),
-                offset: 0,
-                source,
-            })
+        attach_tracepoint(&self.skel.progs.on_free, "sched_process_free")
     }
 
     /// Uprobes on the target's libc file functions (see bpf/probe.bpf.c):
@@ -280,15 +251,20 @@ impl<'obj> Bpf<'obj> {
         drop(links);
         let mut links = Vec::new();
         for (prog, what) in [(&p.on_sys_enter, "sys_enter"), (&p.on_sys_exit, "sys_exit")] {
-            links.push(prog.attach().map_err(|source| BpfError::Attach {
-                what,
-                lib: "kernel tracepoint".into(),
-                offset: 0,
-                source,
-            })?);
+            links.push(attach_tracepoint(prog, what)?);
         }
         Ok(links)
     }
+}
+
+/// Attaches a program to the kernel tracepoint its section names.
+fn attach_tracepoint(prog: &ProgramMut<'_>, what: &'static str) -> Result<Link, BpfError> {
+    prog.attach().map_err(|source| BpfError::Attach {
+        what,
+        lib: "kernel tracepoint".into(),
+        offset: 0,
+        source,
+    })
 }
 
 /// Syscalls whose tracepoints follow file I/O (x86-64 names).
