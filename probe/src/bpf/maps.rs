@@ -133,3 +133,45 @@ pub(super) fn put(b: &mut [u8], at: usize, bytes: &[u8]) {
         f.copy_from_slice(bytes);
     }
 }
+
+/// A ring buffer read into a queue of decoded records, with its malformed
+/// records counted: what a reader of one of the objects' ring buffers
+/// holds between polls.
+pub struct RingFeed<'a, T> {
+    rb: RingBuffer<'a>,
+    queue: Rc<RefCell<Vec<T>>>,
+    malformed: Rc<RefCell<u64>>,
+}
+
+impl<'a, T> RingFeed<'a, T> {
+    /// A feed from the reader `open` builds (one of the `Bpf::*_reader`
+    /// methods) over its queue and malformed-record counter.
+    pub fn open<E>(
+        open: impl FnOnce(Rc<RefCell<Vec<T>>>, Rc<RefCell<u64>>) -> Result<RingBuffer<'a>, E>,
+    ) -> Result<Self, E> {
+        let queue = Rc::new(RefCell::new(Vec::new()));
+        let malformed = Rc::new(RefCell::new(0u64));
+        let rb = open(queue.clone(), malformed.clone())?;
+        Ok(RingFeed {
+            rb,
+            queue,
+            malformed,
+        })
+    }
+
+    /// The records sent since the last call, without blocking.
+    pub fn take(&self) -> Vec<T> {
+        drain(&self.rb);
+        self.queue.borrow_mut().drain(..).collect()
+    }
+
+    /// Records that could not be decoded, so far.
+    pub fn malformed(&self) -> u64 {
+        *self.malformed.borrow()
+    }
+
+    /// Counts one more malformed record (decoded, but of no known kind).
+    pub fn count_malformed(&self) {
+        *self.malformed.borrow_mut() += 1;
+    }
+}

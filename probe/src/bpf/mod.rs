@@ -31,8 +31,8 @@ mod skel {
 use skel::{ProbeSkel, ProbeSkelBuilder};
 
 pub use error::BpfError;
-pub use maps::drain;
 pub(crate) use maps::ring_reader;
+pub use maps::{drain, RingFeed};
 pub use types::{Attr, IoEvent, IterStats, RetiredEvent, SiteKey, ThreadState, DROP_NAMES};
 
 pub struct Bpf<'obj> {
