@@ -25,6 +25,7 @@ mod shim_abi;
 mod sink;
 mod sources;
 mod stop;
+mod symbolize;
 mod symbols;
 mod target;
 mod threads;

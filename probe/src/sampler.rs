@@ -20,6 +20,7 @@
 //! recording is never delayed by unwinding.
 
 mod attribute;
+mod sampled;
 mod symbols;
 mod unwind;
 
@@ -36,6 +37,7 @@ use tracing::{debug, info, warn};
 pub use crate::bpf::sample::RawSample;
 use crate::bpf::sample::{SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL};
 pub use attribute::{attribute, IoStack, LockStack, StackContext};
+pub use sampled::SampledStacks;
 use symbols::FrameNames;
 use unwind::{StackUnwinder, Truncation};
 
@@ -85,55 +87,6 @@ struct RawStack {
     tid: u32,
     user: Vec<u64>,
     kernel: Vec<u64>,
-}
-
-/// What the sampler collected.
-#[derive(Debug, Default)]
-pub struct SampledStacks {
-    /// Nanoseconds of CPU one sample stands for.
-    pub period_ns: u64,
-    /// (tid, frames outermost first) -> samples.
-    pub stacks: HashMap<(u32, Vec<Arc<str>>), u64>,
-    pub samples: u64,
-    /// Samples whose unwound stack reaches a thread entry point.
-    pub complete: u64,
-    /// How the incomplete ones ended.
-    pub out_of_stack: u64,
-    pub unwind_failed: u64,
-    pub too_deep: u64,
-    /// Samples of a thread in the kernel (kernel frames on top).
-    pub in_kernel: u64,
-    /// Samples not kept: their stack was new past MAX_DISTINCT_STACKS.
-    pub over_limit: u64,
-    /// Sampled lock and GIL waits (copied by bpf/probe.bpf.c at their
-    /// return): (tid, wait kind, frames outermost first, down to the slow
-    /// path's caller) -> wait ns, unscaled.
-    pub waits: HashMap<(u32, u32, Vec<Arc<str>>), u64>,
-    /// How many, and how many of them reach a thread entry point.
-    pub wait_samples: u64,
-    pub wait_complete: u64,
-    /// Addresses looked up with blazesym (the rest came from the cache).
-    pub symbol_lookups: u64,
-    /// CPU time of our worker thread (unwinding, symbolizing).
-    pub worker_cpu_ns: u64,
-    /// When sampling started and stopped, ns since the epoch.
-    pub start_wall_ns: u64,
-    pub end_wall_ns: u64,
-    /// Wall time spent unwinding and naming frames.
-    pub unwind_ns: u64,
-    pub symbolize_ns: u64,
-    pub drops: Vec<DropCount>,
-}
-
-impl SampledStacks {
-    /// Share of samples whose stack reaches a thread entry point, in %.
-    pub fn complete_pct(&self) -> f64 {
-        if self.samples == 0 {
-            0.0
-        } else {
-            100.0 * self.complete as f64 / self.samples as f64
-        }
-    }
 }
 
 /// What the worker is to do: sample, or stop and name what it has

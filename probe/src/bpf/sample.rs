@@ -140,7 +140,7 @@ impl<'obj> SampleBpf<'obj> {
             .samples
             .set_max_entries(ring)
             .map_err(SampleBpfError::Load)?;
-        let (pidns_dev, pidns_ino) = super::own_pid_namespace();
+        let (pidns_dev, pidns_ino) = super::maps::own_pid_namespace();
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.target_tgid = pid as u32;
             ro.pidns_dev = pidns_dev;
@@ -209,13 +209,13 @@ impl<'obj> SampleBpf<'obj> {
 
     /// The drop counters, summed over CPUs, in [`DROP_NAMES`] order.
     pub fn drops(&self) -> Result<Vec<u64>, SampleBpfError> {
-        crate::bpf::percpu_counters(&self.skel.maps.sample_drops, DROP_NAMES.len())
+        super::maps::percpu_counters(&self.skel.maps.sample_drops, DROP_NAMES.len())
             .map_err(|e| SampleBpfError::Map("sample_drops", e))
     }
 
     /// A kernel stack recorded by the program (innermost first).
     pub fn kernel_stack(&self, id: i64) -> Vec<u64> {
-        crate::bpf::stack_addrs(&self.skel.maps.kstacks, id)
+        super::maps::stack_addrs(&self.skel.maps.kstacks, id)
     }
 }
 

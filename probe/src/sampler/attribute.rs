@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use plumber_collector::stacks::{LockKind, OpRef, StackAggregator, ThreadInfo, Weight};
 
-use super::SampledStacks;
+use super::sampled::SampledStacks;
 use crate::frames::getnext_class;
 
 /// What the rest of the recording knows about threads and ops.

@@ -5,19 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use blazesym::symbolize::source::{Kernel, Process, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use blazesym::Pid;
 use tracing::debug;
 
 use super::unwind::StackUnwinder;
-
-pub const JIT: &str = "[jit]";
-pub const UNKNOWN: &str = "[unknown]";
+use crate::symbolize::{AddrNames, JIT, UNKNOWN};
 
 pub struct FrameNames {
-    pid: i32,
-    symbolizer: Symbolizer,
+    symbolizer: AddrNames,
     user: HashMap<u64, Arc<str>>,
     kernel: HashMap<u64, Arc<str>>,
     pub lookups: u64,
@@ -26,8 +20,7 @@ pub struct FrameNames {
 impl FrameNames {
     pub fn new(pid: i32) -> Self {
         FrameNames {
-            pid,
-            symbolizer: Symbolizer::new(),
+            symbolizer: AddrNames::new(pid),
             user: HashMap::new(),
             kernel: HashMap::new(),
             lookups: 0,
@@ -55,9 +48,8 @@ impl FrameNames {
             return;
         }
         self.lookups += todo.len() as u64;
-        let src = Source::Process(Process::new(Pid::from(self.pid as u32)));
-        let names = match self.symbolizer.symbolize(&src, Input::AbsAddr(&todo)) {
-            Ok(syms) => syms.into_iter().map(name_of).collect::<Vec<_>>(),
+        let names = match self.symbolizer.user::<Arc<str>>(&todo) {
+            Ok(names) => names,
             Err(e) => {
                 debug!("symbolizing {} addresses: {e}", todo.len());
                 vec![Arc::from(UNKNOWN); todo.len()]
@@ -87,11 +79,10 @@ impl FrameNames {
         if todo.is_empty() {
             return;
         }
-        let src = Source::Kernel(Kernel::default());
-        let names = match self.symbolizer.symbolize(&src, Input::AbsAddr(&todo)) {
-            Ok(syms) => syms
+        let names = match self.symbolizer.kernel::<String>(&todo) {
+            Ok(names) => names
                 .into_iter()
-                .map(|s| Arc::from(format!("{}_[k]", name_of(s))))
+                .map(|n| Arc::from(format!("{n}_[k]")))
                 .collect::<Vec<Arc<str>>>(),
             Err(e) => {
                 debug!("symbolizing kernel addresses: {e}");
@@ -115,12 +106,5 @@ impl FrameNames {
             .get(&addr)
             .cloned()
             .unwrap_or_else(|| Arc::from("[kernel]_[k]"))
-    }
-}
-
-fn name_of(s: Symbolized<'_>) -> Arc<str> {
-    match s {
-        Symbolized::Sym(s) => Arc::from(&*s.name),
-        Symbolized::Unknown(_) => Arc::from(UNKNOWN),
     }
 }
