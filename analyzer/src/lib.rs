@@ -34,6 +34,7 @@ mod guard;
 mod input;
 mod load;
 mod lp;
+mod machine;
 mod measured;
 mod model;
 mod ops;
