@@ -120,6 +120,13 @@ fn layout(r: &Report) -> (Vec<f64>, Vec<usize>, usize) {
 }
 
 pub fn render_svg(r: &Report) -> String {
+    render_svg_linked(r, None)
+}
+
+/// [`render_svg`] with each op's box wrapped in a link to `#{anchor(i)}`
+/// (`i`: its index in `r.nodes`), for report.html, where the graph links
+/// every op to its table row. `None` draws pipeline.svg as it is.
+pub(crate) fn render_svg_linked(r: &Report, anchor: Option<fn(usize) -> String>) -> String {
     let (col, depth, max_depth) = layout(r);
     let columns = col.iter().copied().fold(0.0_f64, f64::max) + 1.0;
     let width = (MARGIN * 2 + (columns * COL_W as f64).round() as i64).max(960);
@@ -213,6 +220,9 @@ pub fn render_svg(r: &Report) -> String {
         } else {
             ""
         };
+        if let Some(anchor) = anchor {
+            let _ = write!(s, "<a href=\"#{}\" class=\"op-link\">", anchor(i));
+        }
         let _ = writeln!(
             s,
             "<g><rect x=\"{x}\" y=\"{y}\" width=\"{BOX_W}\" height=\"{BOX_H}\" rx=\"6\" fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"{sw}\"{dash}/>"
@@ -259,7 +269,11 @@ pub fn render_svg(r: &Report) -> String {
             }
             s.push_str("</text>\n");
         }
-        s.push_str("</g>\n");
+        s.push_str(if anchor.is_some() {
+            "</g></a>\n"
+        } else {
+            "</g>\n"
+        });
     }
     s.push_str("</svg>\n");
     s
