@@ -215,6 +215,20 @@ FILTER_JS = """
 })()
 """
 
+# Clicks the op table's "#" header twice (descending rank) and returns the
+# first column before and after.
+SORT_JS = """
+(() => {
+  const t = document.querySelector('table.ops');
+  if (!t) return JSON.stringify({error: 'no op table'});
+  const col = () => Array.from(t.tBodies[0].rows).map(r => r.cells[0].textContent);
+  const before = col();
+  const th = t.tHead.rows[0].cells[0];
+  th.click(); th.click();
+  return JSON.stringify({before: before, after: col()});
+})()
+"""
+
 FILTER_STATUS_JS = """
 JSON.stringify(Array.from(document.querySelectorAll('figure.flame .status')).map(s => s.textContent))
 """
@@ -253,7 +267,7 @@ def outside_requests(events, page_url):
     return bad
 
 
-def check(path, expect=None, screenshot=None, width=1280):
+def check(path, expect=None, screenshot=None, width=1280, max_height=16000):
     """Runs every check on the report at `path`; returns the failures."""
     path = os.path.abspath(path)
     url = "file://" + path
@@ -287,6 +301,14 @@ def check(path, expect=None, screenshot=None, width=1280):
                 failures.append(f"no verdict visible: {verdict[:200]!r}")
             if expect and expect not in verdict:
                 failures.append(f"bottleneck {expect!r} not in the verdict: {verdict[:200]!r}")
+            srt = evaluate(cdp, session, SORT_JS)
+            if "error" in srt:
+                failures.append("sort: " + srt["error"])
+            elif len(srt["before"]) > 1 and srt["after"][0] == srt["before"][0]:
+                failures.append(f"sorting by rank did not reorder the op table: {srt}")
+            else:
+                # Back to rank order for the screenshot.
+                evaluate(cdp, session, "document.querySelector('table.ops th').click(), '1'")
             if screenshot:
                 m = cdp.send("Page.getLayoutMetrics", session=session)
                 size = m.get("cssContentSize") or m["contentSize"]
@@ -295,7 +317,7 @@ def check(path, expect=None, screenshot=None, width=1280):
                     {
                         "format": "png",
                         "captureBeyondViewport": True,
-                        "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], 16000), "scale": 1},
+                        "clip": {"x": 0, "y": 0, "width": width, "height": min(size["height"], max_height), "scale": 1},
                     },
                     session,
                 )
@@ -342,9 +364,10 @@ def main():
     ap.add_argument("report", help="path of report.html")
     ap.add_argument("--expect", help="bottleneck name that must be in the verdict")
     ap.add_argument("--screenshot", help="where to write a full-page PNG")
+    ap.add_argument("--max-height", type=int, default=16000, help="cut the screenshot at this many CSS pixels")
     args = ap.parse_args()
     try:
-        failures = check(args.report, args.expect, args.screenshot)
+        failures = check(args.report, args.expect, args.screenshot, max_height=args.max_height)
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:
         print(f"check_report: cannot run Chromium: {e}", file=sys.stderr)
         return 2

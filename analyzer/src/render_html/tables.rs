@@ -28,11 +28,17 @@ fn num_cell(s: &mut String, shown: &str, v: Option<f64>) {
     }
 }
 
+/// A time in s, ms or µs (lock waits span nine orders of magnitude).
 fn secs(ns: i64) -> String {
+    let x = ns as f64;
     if ns <= 0 {
         "0".into()
+    } else if x >= 1e9 {
+        format!("{} s", fmt::num(x / 1e9))
+    } else if x >= 1e6 {
+        format!("{} ms", fmt::num(x / 1e6))
     } else {
-        format!("{} s", fmt::num(ns as f64 / 1e9))
+        format!("{} µs", fmt::num(x / 1e3))
     }
 }
 
@@ -113,7 +119,7 @@ fn op_row(s: &mut String, i: usize, n: &NodeReport, bottleneck: Option<&str>) {
     let model = model_name(n);
     let _ = write!(
         s,
-        "<td data-v=\"{}\"><b>{}</b><br><small>{}</small></td><td>{}</td>",
+        "<td data-v=\"{}\"><b>{}</b> <small>{}</small></td><td>{}</td>",
         esc(&m.name),
         esc(&m.name),
         esc(&model),
@@ -225,7 +231,7 @@ fn files(s: &mut String, r: &Report) {
         s.push_str("<p>No file reads recorded.</p>\n");
         return;
     }
-    s.push_str("<table class=\"sortable small\"><thead><tr><th>file</th><th>bytes read</th><th>op</th></tr></thead><tbody>\n");
+    s.push_str("<table class=\"sortable small\"><thead><tr><th>file</th><th>bytes read</th><th class=\"l\">op</th></tr></thead><tbody>\n");
     for f in files.iter().take(MAX_FILES) {
         let _ = write!(s, "<tr><td class=\"path\">{}</td>", esc(&f.path));
         num_cell(
@@ -235,7 +241,7 @@ fn files(s: &mut String, r: &Report) {
         );
         let _ = writeln!(
             s,
-            "<td>{}</td></tr>",
+            "<td class=\"l\">{}</td></tr>",
             esc(f.op.as_deref().unwrap_or("unattributed"))
         );
     }
@@ -256,11 +262,11 @@ fn locks(s: &mut String, r: &Report) {
         s.push_str("<p>No lock waits recorded.</p>\n");
         return;
     }
-    s.push_str("<table class=\"sortable small\"><thead><tr><th>kind</th><th>site</th><th>op</th><th>waits</th><th>wait</th></tr></thead><tbody>\n");
+    s.push_str("<table class=\"sortable small\"><thead><tr><th>kind</th><th>site</th><th class=\"l\">op</th><th>waits</th><th>wait</th></tr></thead><tbody>\n");
     for l in sites.iter().take(MAX_LOCKS) {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td class=\"path\">{}</td><td>{}</td>",
+            "<tr><td>{}</td><td class=\"path\">{}</td><td class=\"l\">{}</td>",
             esc(&l.kind),
             esc(&l.site),
             esc(l.op.as_deref().unwrap_or("–"))

@@ -232,6 +232,9 @@ fn cap_bars(threads: &mut [TimelineThread], max: usize) -> usize {
 
 /// A duration for axis labels and tooltips.
 fn dur(ns: u64) -> String {
+    if ns == 0 {
+        return "0".into();
+    }
     let ns = ns as f64;
     if ns >= 1e9 {
         format!("{} s", crate::fmt::num(ns / 1e9))
