@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a Debian 12 machine (root) for building and testing plumber-probe.
 # Idempotent: every step checks first and only acts when something is missing.
-#   1. apt packages for the eBPF/C side (clang libelf-dev pkg-config zlib1g-dev make gcc)
+#   1. apt packages for the eBPF/C side (clang libelf-dev pkg-config zlib1g-dev make gcc),
+#      and chromium for the report.html test
 #   2. .venv in the repo root with tests/requirements.txt (tensorflow-cpu, protobuf, numpy)
 #   3. tracefs mounted at /sys/kernel/tracing (best effort)
 # Rust is not built here.
@@ -19,8 +20,9 @@ fi
 
 # ---------------------------------------------------------------- apt packages
 # bpftool: the kill -9 test lists loaded BPF programs; util-linux: setpriv
-# for the not-root test.
-APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux)
+# for the not-root test; chromium: tests/html/check_report.py opens
+# report.html in it headless (over the DevTools pipe, no chromium-driver).
+APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux chromium)
 
 pkg_installed() {
     # dpkg -s exits 0 for removed-but-configured packages too; check the status line.

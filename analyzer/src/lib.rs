@@ -42,6 +42,7 @@ mod output;
 mod prefetch;
 mod recommend;
 mod render_dot;
+mod render_html;
 mod render_svg;
 mod render_text;
 mod report;
@@ -54,6 +55,7 @@ pub use input::{MachineFigures, OpInput, PipelineInput};
 pub use load::{load_file, load_snapshot};
 pub use output::{render_all, render_json, Rendered};
 pub use render_dot::render_dot;
+pub use render_html::{render_html, HtmlInput, Timeline, TimelineBar, TimelineThread};
 pub use render_svg::render_svg;
 pub use render_text::render_text;
 pub use report::{

@@ -136,6 +136,13 @@ impl Placement {
 }
 
 pub fn render_svg(r: &Report) -> String {
+    render_svg_linked(r, None)
+}
+
+/// [`render_svg`] with each op's box wrapped in a link to `#{anchor(i)}`
+/// (`i`: its index in `r.nodes`), for report.html, where the graph links
+/// every op to its table row. `None` draws pipeline.svg as it is.
+pub(crate) fn render_svg_linked(r: &Report, anchor: Option<fn(usize) -> String>) -> String {
     let (col, depth, max_depth) = layout(r);
     let columns = col.iter().copied().fold(0.0_f64, f64::max) + 1.0;
     let width = (MARGIN * 2 + (columns * COL_W as f64).round() as i64).max(960);
@@ -147,7 +154,16 @@ pub fn render_svg(r: &Report) -> String {
     // Edges first, under the boxes.
     edges(&mut s, r, &at);
     for (i, n) in r.nodes.iter().enumerate() {
+        if let Some(anchor) = anchor {
+            let _ = write!(s, "<a href=\"#{}\" class=\"op-link\">", anchor(i));
+        }
         node_box(&mut s, r, n, at.pos(i), bottleneck);
+        if anchor.is_some() {
+            // node_box ends its group with a newline: the link closes
+            // before it.
+            s.pop();
+            s.push_str("</a>\n");
+        }
     }
     s.push_str("</svg>\n");
     s

@@ -253,7 +253,7 @@ fn visit(v: f64) -> String {
     fmt::count(v)
 }
 
-fn binding_text(b: &str) -> String {
+pub(crate) fn binding_text(b: &str) -> String {
     match b.strip_prefix("cap:") {
         Some(n) => format!("{n}'s parallelism cap"),
         None if b == "cores" => "the core budget".into(),
@@ -261,7 +261,7 @@ fn binding_text(b: &str) -> String {
     }
 }
 
-fn reason_word(reason: &str, bound: &str) -> String {
+pub(crate) fn reason_word(reason: &str, bound: &str) -> String {
     let r = match reason {
         "cpu" => "CPU",
         "io" => "I/O",
@@ -276,7 +276,7 @@ fn reason_word(reason: &str, bound: &str) -> String {
     }
 }
 
-fn value_text(rec: &Recommendation) -> String {
+pub(crate) fn value_text(rec: &Recommendation) -> String {
     match rec.unit.as_str() {
         "threads" => format!("→ {} threads", fmt::count(rec.value)),
         "parallel reads" => format!("→ {} parallel reads", fmt::count(rec.value)),
