@@ -12,22 +12,12 @@ use crate::fmt;
 use crate::input::PipelineInput;
 use crate::lp::Binding;
 use crate::machine::resolve_machine;
+pub use crate::machine::MachineOverrides;
 use crate::model::{Evaluation, Limit, Limiter, Model, Scenario};
 use crate::ops;
 use crate::prefetch::{self, PrefetchAnalysis};
 use crate::recommend;
 use crate::report::*;
-
-/// Machine figures that replace what the stats file says.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MachineOverrides {
-    /// Cores available to the input pipeline.
-    pub cores: Option<f64>,
-    /// Memory the cache budget is taken from (90% of it), bytes.
-    pub memory_bytes: Option<u64>,
-    /// Storage bandwidth, bytes/s (0: unknown).
-    pub disk_bandwidth: Option<f64>,
-}
 
 /// The result of an analysis.
 #[derive(Debug, Clone)]

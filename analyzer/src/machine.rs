@@ -6,6 +6,17 @@ use crate::error::AnalyzeError;
 use crate::guard::finite_pos;
 use crate::input::PipelineInput;
 
+/// Machine figures that replace what the stats file says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MachineOverrides {
+    /// Cores available to the input pipeline.
+    pub cores: Option<f64>,
+    /// Memory the cache budget is taken from (90% of it), bytes.
+    pub memory_bytes: Option<u64>,
+    /// Storage bandwidth, bytes/s (0: unknown).
+    pub disk_bandwidth: Option<f64>,
+}
+
 /// The machine's figures after the user's overrides.
 #[derive(Debug, Clone)]
 pub(crate) struct Machine {
@@ -20,7 +31,7 @@ pub(crate) struct Machine {
 /// Machine figures after the user's overrides.
 pub(crate) fn resolve_machine(
     input: &PipelineInput,
-    ov: &crate::MachineOverrides,
+    ov: &MachineOverrides,
     notes: &mut Vec<String>,
 ) -> Result<Machine, AnalyzeError> {
     let (cores, cores_from) = match ov.cores {

@@ -132,7 +132,10 @@ impl std::fmt::Display for NotWritten {
 
 /// The flamegraph outputs of a recording's stack samples (cpu.folded,
 /// cpu.svg, ..., profile.pb.gz, trace.json), after the others.
-fn write_stacks(files: &mut Outputs, st: &crate::recording::StackRecording) {
+fn write_stacks(
+    files: &mut Outputs,
+    st: &crate::recording::StackRecording,
+) -> Vec<(String, String)> {
     use plumber_analyzer::flamegraph::{render_stack_outputs, StackOutputOptions};
     let mut opts = StackOutputOptions::default();
     opts.pprof.time_nanos = st.start_wall_ns as i64;
@@ -142,9 +145,19 @@ fn write_stacks(files: &mut Outputs, st: &crate::recording::StackRecording) {
         st.pid, st.hz, st.complete_pct
     )];
     opts.trace.pid = st.pid as u32;
+    let mut flamegraphs = Vec::new();
     for f in render_stack_outputs(&st.agg, &st.spans, &opts).files {
         match f.contents {
-            Ok(bytes) => files.write(&f.name, &bytes),
+            Ok(bytes) => {
+                files.write(&f.name, &bytes);
+                // report.html shows the same flamegraphs.
+                if let Some(kind) = f.name.strip_suffix(".svg") {
+                    flamegraphs.push((
+                        kind.to_string(),
+                        String::from_utf8_lossy(&bytes).into_owned(),
+                    ));
+                }
+            }
             Err(e) => files.not_written(&f.name, e.to_string()),
         }
     }
@@ -152,6 +165,33 @@ fn write_stacks(files: &mut Outputs, st: &crate::recording::StackRecording) {
         "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
         st.samples, st.complete_pct
     );
+    flamegraphs
+}
+
+/// report.html: the analysis, the flamegraphs and the timeline on one
+/// self-contained page. Without an analysis there is no verdict to show,
+/// and no page.
+fn write_html(
+    files: &mut Outputs,
+    analysis: Option<&plumber_analyzer::Analysis>,
+    flamegraphs: &[(String, String)],
+    spans: &[plumber_collector::stacks::Span],
+    recording: &[(String, String)],
+) {
+    let Some(a) = analysis else {
+        return;
+    };
+    let flames: Vec<(&str, &str)> = flamegraphs
+        .iter()
+        .map(|(k, svg)| (k.as_str(), svg.as_str()))
+        .collect();
+    let html = plumber_analyzer::render_html(&plumber_analyzer::HtmlInput {
+        report: a.report_ref(),
+        flamegraphs: &flames,
+        spans,
+        recording,
+    });
+    files.write("report.html", html.as_bytes());
 }
 
 /// Writes a recording's outputs (stats.pb first) and prints its summary;
@@ -168,10 +208,25 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     let stacks = rec.stacks;
     let collected = rec.sink.finish()?;
     let mut files = Outputs::new(out);
-    write_collected_to(&mut files, &collected)?;
-    if let Some(st) = &stacks {
-        write_stacks(&mut files, st);
-    }
+    let analysis = write_collected_to(&mut files, &collected)?;
+    let flamegraphs = match &stacks {
+        Some(st) => write_stacks(&mut files, st),
+        None => Vec::new(),
+    };
+    let spans = stacks.as_ref().map_or(&[][..], |st| &st.spans[..]);
+    let facts = vec![
+        ("time to first data".to_string(), format!("{ttfd:.2} s")),
+        (
+            "layout".to_string(),
+            if cache_hit {
+                "from the cache"
+            } else {
+                "derived at attach"
+            }
+            .to_string(),
+        ),
+    ];
+    write_html(&mut files, analysis.as_ref(), &flamegraphs, spans, &facts);
     println!(
         "mode: {} | window {:.1} s | time to first data {:.2} s{}",
         mode,
@@ -197,22 +252,21 @@ pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
     let collected =
         plumber_collector::collect(evs).map_err(|e| usage(format!("{}: {e}", events.display())))?;
     prepare_dir(out)?;
-    write_collected(out, &collected)?;
+    let mut files = Outputs::new(out);
+    let analysis = write_collected_to(&mut files, &collected)?;
+    write_html(&mut files, analysis.as_ref(), &[], &[], &[]);
+    files.finish()?;
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
 
-/// [`write_collected_to`] on its own: an error names every output not
-/// written.
-pub(crate) fn write_collected(out: &Path, collected: &plumber_collector::Collected) -> Result<()> {
-    let mut files = Outputs::new(out);
-    write_collected_to(&mut files, collected)?;
-    Ok(files.finish()?)
-}
-
 /// stats.pb, the analysis outputs (or the measured report.json when the
 /// analysis is not possible), the table, the report text and any drops.
-fn write_collected_to(files: &mut Outputs, collected: &plumber_collector::Collected) -> Result<()> {
+/// Returns the analysis, when there is one.
+fn write_collected_to(
+    files: &mut Outputs,
+    collected: &plumber_collector::Collected,
+) -> Result<Option<plumber_analyzer::Analysis>> {
     files.write("stats.pb", &statsfile::encode_stats(&collected.snapshot));
     // The analysis runs on what stats.pb holds, exactly as `analyze` would.
     let analysis = plumber_analyzer::analyze(
@@ -256,7 +310,7 @@ fn write_collected_to(files: &mut Outputs, collected: &plumber_collector::Collec
     if !dropped.is_empty() {
         println!("dropped: {}", dropped.join(", "));
     }
-    Ok(())
+    Ok(analysis.ok())
 }
 
 #[derive(Args, Debug)]
@@ -275,7 +329,8 @@ pub struct AnalyzeArgs {
     /// Print report.json instead of the text report.
     #[arg(long)]
     pub json: bool,
-    /// Also write report.txt, report.json, pipeline.dot and pipeline.svg here.
+    /// Also write report.txt, report.json, report.html, pipeline.dot and
+    /// pipeline.svg here.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
 }
@@ -312,6 +367,7 @@ pub fn run_analyze(a: &AnalyzeArgs) -> Result<ExitCode> {
     for (name, bytes) in rendered.files() {
         files.write(name, bytes);
     }
+    write_html(&mut files, Some(&analysis), &[], &[], &[]);
     files.finish()?;
     Ok(ExitCode::SUCCESS)
 }

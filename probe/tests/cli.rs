@@ -74,7 +74,13 @@ fn analyze_json_and_outputs() {
     assert_eq!(v["bottleneck"]["name"], "ParallelMapDatasetV2/_5");
     let lp = v["lp"]["rate"].as_f64().expect("lp rate");
     assert!((lp - 45.58).abs() < 0.01, "{lp}");
-    for f in ["report.txt", "report.json", "pipeline.dot", "pipeline.svg"] {
+    for f in [
+        "report.txt",
+        "report.json",
+        "report.html",
+        "pipeline.dot",
+        "pipeline.svg",
+    ] {
         assert!(out.join(f).exists(), "{f}");
     }
     // The machine figures can be overridden: twice the cores, twice the LP.

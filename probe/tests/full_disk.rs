@@ -104,7 +104,13 @@ fn golden(file: &str) -> PathBuf {
         .join(file)
 }
 
-const REPORTS: [&str; 4] = ["report.json", "report.txt", "pipeline.dot", "pipeline.svg"];
+const REPORTS: [&str; 5] = [
+    "report.json",
+    "report.txt",
+    "pipeline.dot",
+    "pipeline.svg",
+    "report.html",
+];
 
 #[test]
 fn replay_into_a_full_file_system_names_what_was_not_written() {

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The files a replay writes, in no particular order.
-const OUTPUTS: [&str; 5] = [
+const OUTPUTS: [&str; 6] = [
     "stats.pb",
     "report.json",
     "report.txt",
+    "report.html",
     "pipeline.dot",
     "pipeline.svg",
 ];

@@ -335,3 +335,39 @@ fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
         .expect("wait_stack_copy_failed reported");
     assert_eq!(d["count"].as_f64(), Some(0.0), "{d}");
 }
+
+/// report.html of a real recording, opened in headless Chromium with the
+/// network cut (tests/html/check_report.py): no console errors, the
+/// verdict and the bottleneck visible, a flamegraph that zooms on a click,
+/// the table sorts; a screenshot is kept in target/test-artifacts/.
+#[test]
+fn report_html_of_a_recording_in_headless_chromium() {
+    let (out, _) = record_sampled("tfrecord_image.py", "html-image", "6");
+    let html = out.join("report.html");
+    let size = std::fs::metadata(&html).expect("report.html").len();
+    eprintln!("report.html: {size} bytes");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
+            .expect("report.json parses");
+    let bottleneck = report["bottleneck"]["name"]
+        .as_str()
+        .expect("a bottleneck")
+        .to_string();
+    let artifacts = repo().join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifacts dir");
+    let o = std::process::Command::new("python3")
+        .arg(repo().join("tests/html/check_report.py"))
+        .arg(&html)
+        .args(["--expect", &bottleneck])
+        .arg("--screenshot")
+        .arg(artifacts.join("report-image-pipeline.png"))
+        .output()
+        .expect("run check_report.py");
+    assert!(
+        o.status.success(),
+        "check_report.py failed ({:?}):\n{}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
