@@ -19,8 +19,8 @@ fi
 
 # ---------------------------------------------------------------- apt packages
 # bpftool: the kill -9 test lists loaded BPF programs; util-linux: setpriv
-# for the not-root test.
-APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux)
+# for the not-root test; tmux: the `top` test drives the live view in it.
+APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux tmux)
 
 pkg_installed() {
     # dpkg -s exits 0 for removed-but-configured packages too; check the status line.
