@@ -11,7 +11,7 @@ mod view;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -99,6 +99,8 @@ impl HeldLog {
 struct View {
     thread: Arc<Mutex<Option<JoinHandle<Result<()>>>>>,
     log: HeldLog,
+    /// The view saw the recording end (the target exited) before it closed.
+    saw_end: Arc<AtomicBool>,
 }
 
 impl View {
@@ -109,17 +111,20 @@ impl View {
         // before the panic message is printed, on any thread.
         let terminal = ratatui::try_init().context("opening the terminal for the live view")?;
         let (tx, rx) = channel();
+        let saw_end = Arc::new(AtomicBool::new(false));
+        let ended = saw_end.clone();
         let thread = std::thread::Builder::new()
             .name("plumber-top".into())
             .spawn(move || {
                 crate::stop::leave_stop_signals_to_main();
                 let _restore = Restore;
-                ui_loop(terminal, &rx, forward_interrupt)
+                ui_loop(terminal, &rx, forward_interrupt, &ended)
             })
             .context("starting the live view's thread")?;
         let view = View {
             thread: Arc::new(Mutex::new(Some(thread))),
             log,
+            saw_end,
         };
         Ok((view, tx))
     }
@@ -153,7 +158,12 @@ impl Drop for Restore {
 /// How often keys and stopping signals are looked at between events.
 const KEY_POLL: Duration = Duration::from_millis(250);
 
-fn ui_loop(mut terminal: DefaultTerminal, rx: &Receiver<Event>, forward: bool) -> Result<()> {
+fn ui_loop(
+    mut terminal: DefaultTerminal,
+    rx: &Receiver<Event>,
+    forward: bool,
+    saw_end: &AtomicBool,
+) -> Result<()> {
     let mut state = LiveState::default();
     let mut sort = SortKey::Pipeline;
     let opened = Instant::now();
@@ -180,14 +190,15 @@ fn ui_loop(mut terminal: DefaultTerminal, rx: &Receiver<Event>, forward: bool) -
         }
         match rx.recv_timeout(KEY_POLL) {
             Ok(e) => {
-                let poll = matches!(e, Event::Poll(_));
+                let polls = state.polls;
                 dirty |= state.apply(&e);
-                if poll {
-                    probe_cores = cost.sample();
-                }
                 // Draw once per batch of events, not once per event.
                 while let Ok(e) = rx.try_recv() {
                     dirty |= state.apply(&e);
+                }
+                saw_end.store(state.ended.is_some(), Ordering::SeqCst);
+                if state.polls != polls {
+                    probe_cores = cost.sample();
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
@@ -332,11 +343,19 @@ fn top_command(a: &TopArgs, log: HeldLog) -> Result<ExitCode> {
     crate::output::prepare_dir(&output)?;
     let (view, tap) = View::start(log, true)?;
     let closer = view.clone();
+    let log_path = output.join("command.log");
     let live = crate::run::Live {
         events: tap,
         before_outputs: Arc::new(move || {
             if let Err(e) = closer.close() {
                 eprintln!("plumber-probe: {}", crate::errors::one_line(&e));
+            }
+            // `q` while the command runs: say why we do not exit yet.
+            if !closer.saw_end.load(Ordering::SeqCst) {
+                eprintln!(
+                    "plumber-probe: view closed; the command runs on (output in {}), and plumber-probe exits with its status when it ends",
+                    log_path.display()
+                );
             }
         }),
     };
