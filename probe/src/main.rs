@@ -71,6 +71,9 @@ enum Command {
     /// current bottleneck) until `q`: `top --pid PID` attaches as `--pid`
     /// does; `top -- CMD` starts CMD as `run` does. --output writes the
     /// recording's outputs on exit.
+    #[command(
+        override_usage = "sudo plumber-probe top --pid PID [OPTIONS]\n       plumber-probe top [OPTIONS] -- CMD..."
+    )]
     Top(top::TopArgs),
     /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
     Analyze(output::AnalyzeArgs),

@@ -109,7 +109,9 @@ impl View {
     fn start(log: HeldLog, forward_interrupt: bool) -> Result<(View, Sender<Event>)> {
         // try_init also installs a panic hook that gives the terminal back
         // before the panic message is printed, on any thread.
-        let terminal = ratatui::try_init().context("opening the terminal for the live view")?;
+        let terminal = ratatui::try_init()
+            .inspect_err(|_| ratatui::restore())
+            .context("opening the terminal for the live view (top needs one)")?;
         let (tx, rx) = channel();
         let saw_end = Arc::new(AtomicBool::new(false));
         let ended = saw_end.clone();
@@ -146,12 +148,15 @@ impl View {
     }
 }
 
-/// Gives the terminal back however the view's thread ends.
+/// Gives the terminal back however the view's thread ends, and ends the
+/// recording with it (after an error or a panic too: nobody would see it,
+/// and nothing else would stop it).
 struct Restore;
 
 impl Drop for Restore {
     fn drop(&mut self) {
         ratatui::restore();
+        STOP.store(true, Ordering::SeqCst);
     }
 }
 
@@ -295,6 +300,7 @@ pub fn run(a: TopArgs, log: HeldLog) -> Result<ExitCode> {
 fn top_pid(a: &TopArgs, pid: i32, log: HeldLog) -> Result<ExitCode> {
     // What can fail at once fails before the screen is taken.
     record::check_privileges()?;
+    crate::target::Target::open(pid)?;
     if let Some(out) = &a.output {
         crate::output::prepare_dir(out)?;
     }
