@@ -106,6 +106,8 @@ pub struct LiveState {
     pub drops: Vec<DropCount>,
     /// Why the recording ended, once it has.
     pub ended: Option<String>,
+    /// Polls since the pipeline was torn down (the rows are its last).
+    pub idle_polls: u64,
     prev_poll: Option<(u64, u64)>,
     /// (addr, id) -> counters at the previous poll.
     seen: HashMap<(u64, i64), Seen>,
@@ -246,6 +248,17 @@ impl LiveState {
             .first()
             .and_then(|r| deltas.get(r))
             .map_or(0, |d| d.num_elements);
+        // A pipeline torn down (its iterators gone, only the model's root
+        // left, as at the end of a script): keep the last rows that had
+        // ops on screen, marked idle, rather than a table of one root.
+        if order.len() <= 1 && self.rows.len() > 1 {
+            self.idle_polls += 1;
+            let rate = root_elems as f64 / dt;
+            self.root_rate = Some(rate);
+            self.push_history(rate);
+            return;
+        }
+        self.idle_polls = 0;
         self.rows = order
             .iter()
             .map(|path| {
@@ -266,11 +279,15 @@ impl LiveState {
             .collect();
         self.root_rate = self.rows.first().map(|r| r.rate);
         if let Some(r) = self.root_rate {
-            if self.history.len() == HISTORY {
-                self.history.pop_front();
-            }
-            self.history.push_back(r);
+            self.push_history(r);
         }
+    }
+
+    fn push_history(&mut self, rate: f64) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(rate);
     }
 
     fn fill_usage(&self, row: &mut OpRow) {
@@ -527,6 +544,30 @@ mod tests {
             vec![node(1, "Root", 60, 0), node(5, "Root::Map", 20, 0)],
         ));
         assert_eq!(row(&s, "Root::Map").rate, 60.0);
+    }
+
+    #[test]
+    fn a_torn_down_pipeline_keeps_its_last_rows() {
+        let mut s = LiveState::default();
+        s.apply(&poll(
+            0.0,
+            vec![node(1, "Root", 0, 0), node(2, "Root::Map", 0, 0)],
+        ));
+        s.apply(&poll(
+            1.0,
+            vec![node(1, "Root", 7, 0), node(2, "Root::Map", 7, 0)],
+        ));
+        s.apply(&poll(2.0, vec![node(1, "Root", 7, 0)]));
+        assert_eq!(s.idle_polls, 1);
+        assert_eq!(s.root_rate, Some(0.0));
+        assert_eq!(row(&s, "Root::Map").rate, 7.0);
+        // A new pipeline replaces them.
+        s.apply(&poll(
+            3.0,
+            vec![node(1, "Root", 9, 0), node(3, "Root::Batch", 2, 0)],
+        ));
+        assert_eq!(s.idle_polls, 0);
+        assert_eq!(row(&s, "Root::Batch").rate, 2.0);
     }
 
     #[test]

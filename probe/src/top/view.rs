@@ -110,7 +110,13 @@ fn draw_table(f: &mut Frame, area: Rect, v: &ViewInfo) {
         .collect();
     let header = Row::new(COLUMNS.iter().map(|(t, _)| Cell::from(*t)))
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-    let title = if s.rows.is_empty() {
+    let title = if s.idle_polls > 0 {
+        format!(
+            " ops ({}): pipeline gone for {} polls, its last rows ",
+            s.rows.len(),
+            s.idle_polls
+        )
+    } else if s.rows.is_empty() {
         format!(
             " ops: waiting for the pipeline ({:.0} s) ",
             v.waiting_s.max(0.0)
