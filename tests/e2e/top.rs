@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{probe_bin, tempdir, Workload};
+use crate::harness::{probe_bin, python, repo, tempdir, Workload};
 
 /// A detached tmux session running one command; killed when dropped.
 struct Tmux {
@@ -195,4 +195,45 @@ fn top_live_view_in_tmux() {
     // The terminal was given back: the summary is on the normal screen.
     let after = t.capture();
     assert!(after.contains("wrote"), "{after}");
+}
+
+/// `top -- CMD`: the same view for a command started under the shim; its
+/// output goes to command.log, its end is reported, q writes the outputs
+/// and the exit status is the command's.
+#[test]
+fn top_command_in_tmux() {
+    crate::shim::build_shim();
+    let out = tempdir("top-cmd");
+    let status = out.join("status");
+    let outputs = out.join("out");
+    let command = format!(
+        "{} top --output {} -- {} {} --seconds 15; echo \"EXIT=$?\" > {}; sleep 600",
+        probe_bin().display(),
+        outputs.display(),
+        python().display(),
+        repo().join("tests/workloads/demo.py").display(),
+        status.display()
+    );
+    let t = Tmux::start(
+        &format!("plumber-top-cmd-{}", std::process::id()),
+        100,
+        30,
+        &command,
+    );
+    t.wait_for("op rows and a root rate", 120, |s| {
+        s.contains("ParallelMapV2") && root_rate(s).is_some()
+    });
+    let ended = t.wait_for("the command's exit", 60, |s| {
+        s.to_lowercase().contains("exited")
+    });
+    assert!(ended.contains("ParallelMapV2"), "{ended}");
+    t.keys("q");
+    let st = wait_status(&status, 60);
+    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
+    assert!(outputs.join("stats.pb").is_file(), "stats.pb not written");
+    let log = std::fs::read_to_string(outputs.join("command.log")).expect("command.log");
+    assert!(
+        log.contains("READY"),
+        "the command's output is not in command.log: {log}"
+    );
 }
