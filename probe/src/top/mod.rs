@@ -119,8 +119,15 @@ impl View {
             .name("plumber-top".into())
             .spawn(move || {
                 crate::stop::leave_stop_signals_to_main();
-                let _restore = Restore;
-                ui_loop(terminal, &rx, forward_interrupt, &ended)
+                let restore = Restore;
+                let result = ui_loop(terminal, &rx, forward_interrupt, &ended);
+                drop(restore);
+                // Detaching (the last poll, the probes' removal) takes a
+                // few seconds after the screen is back: say what happens.
+                if !ended.load(Ordering::SeqCst) {
+                    eprintln!("plumber-probe: stopping the recording...");
+                }
+                result
             })
             .context("starting the live view's thread")?;
         let view = View {
