@@ -182,6 +182,8 @@ fn ui_loop(
     let mut cost = ProbeCost::default();
     let mut probe_cores = None;
     let mut dirty = true;
+    // SAFETY: isatty on the process's stdin descriptor.
+    let stdin_tty = unsafe { libc::isatty(libc::STDIN_FILENO) } == 1;
     loop {
         if STOP.load(Ordering::SeqCst) {
             return Ok(());
@@ -220,6 +222,9 @@ fn ui_loop(
             // The recording is over and its sink dropped: keep the frame.
             Err(RecvTimeoutError::Disconnected) => std::thread::sleep(KEY_POLL),
         }
+        if terminal_gone(stdin_tty) {
+            return Ok(());
+        }
         while term_event::poll(Duration::ZERO)? {
             match term_event::read()? {
                 term_event::Event::Key(k) if k.kind != KeyEventKind::Release => {
@@ -247,6 +252,27 @@ fn ui_loop(
             }
         }
     }
+}
+
+/// The terminal hung up (its window or tmux session closed). crossterm's
+/// read() then spins on end-of-file forever, so it must not be called:
+/// the view ends instead (and with it the recording, as SIGHUP would).
+/// `stdin_tty`: stdin was the terminal when the view opened (asked then:
+/// isatty fails on a hung-up terminal); else crossterm reads /dev/tty and
+/// there is nothing to look at here.
+fn terminal_gone(stdin_tty: bool) -> bool {
+    if !stdin_tty {
+        return false;
+    }
+    let fd = libc::STDIN_FILENO;
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
 /// In raw mode a Ctrl-C is a key, not a SIGINT to the terminal's process
