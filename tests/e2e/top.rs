@@ -237,3 +237,53 @@ fn top_command_in_tmux() {
         "the command's output is not in command.log: {log}"
     );
 }
+
+/// Closing the terminal (here the tmux session) ends the view and the
+/// recording, and leaves the target running: no probe left behind
+/// spinning on a hung-up terminal.
+#[test]
+fn top_ends_when_its_terminal_closes() {
+    let w = Workload::start("demo.py", &["--seconds", "120"]);
+    let out = tempdir("top-hup");
+    let outputs = out.join("out");
+    let command = format!(
+        "{} top --pid {} --output {}",
+        probe_bin().display(),
+        w.pid,
+        outputs.display()
+    );
+    let t = Tmux::start(
+        &format!("plumber-top-hup-{}", std::process::id()),
+        100,
+        30,
+        &command,
+    );
+    t.wait_for("op rows", 90, |s| s.contains("ParallelMapV2"));
+    let probe = Command::new("pgrep")
+        // Anchored: the tmux server's and the shell's command lines hold
+        // the same words.
+        .args([
+            "-f",
+            &format!("^{} top --pid {} ", probe_bin().display(), w.pid),
+        ])
+        .output()
+        .expect("pgrep");
+    let probe_pid = String::from_utf8_lossy(&probe.stdout).trim().to_string();
+    assert!(
+        !probe_pid.is_empty() && !probe_pid.contains('\n'),
+        "not one probe process: {probe_pid:?}"
+    );
+    drop(t);
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{probe_pid}")).exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the probe ({probe_pid}) still runs 30 s after its terminal closed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        Path::new(&format!("/proc/{}", w.pid)).exists(),
+        "the target died with the probe's terminal"
+    );
+}
