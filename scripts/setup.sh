@@ -21,8 +21,9 @@ fi
 # ---------------------------------------------------------------- apt packages
 # bpftool: the kill -9 test lists loaded BPF programs; util-linux: setpriv
 # for the not-root test; chromium: tests/html/check_report.py opens
-# report.html in it headless (over the DevTools pipe, no chromium-driver).
-APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux chromium)
+# report.html in it headless (over the DevTools pipe, no chromium-driver);
+# tmux: the `top` test drives the live view in it.
+APT_PACKAGES=(clang libelf-dev pkg-config zlib1g-dev make gcc bpftool util-linux chromium tmux)
 
 pkg_installed() {
     # dpkg -s exits 0 for removed-but-configured packages too; check the status line.

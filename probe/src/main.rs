@@ -29,6 +29,7 @@ mod symbolize;
 mod symbols;
 mod target;
 mod threads;
+mod top;
 mod usage;
 mod xol;
 
@@ -67,6 +68,14 @@ enum Command {
     /// Start a command without root (LD_PRELOAD shim) and record its
     /// tf.data pipeline while it runs; exits with the command's status.
     Run(RunArgs),
+    /// A live terminal view of a running pipeline (per-op rates, the
+    /// current bottleneck) until `q`: `top --pid PID` attaches as `--pid`
+    /// does; `top -- CMD` starts CMD as `run` does. --output writes the
+    /// recording's outputs on exit.
+    #[command(
+        override_usage = "sudo plumber-probe top --pid PID [OPTIONS]\n       plumber-probe top [OPTIONS] -- CMD..."
+    )]
+    Top(top::TopArgs),
     /// Analyze a stats.pb written by plumber-probe or by Plumber's TensorFlow.
     Analyze(output::AnalyzeArgs),
     /// Rebuild stats.pb and the reports from an events.jsonl saved with
@@ -173,13 +182,19 @@ fn main() -> ExitCode {
             cli.log
         ))
     });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter);
+    // The live view owns the terminal: its log lines wait until it closes.
+    let held = top::HeldLog::default();
+    if matches!(cli.command, Some(Command::Top(_))) {
+        let h = held.clone();
+        fmt.with_writer(move || h.clone()).init();
+    } else {
+        fmt.with_writer(std::io::stderr).init();
+    }
     let result = match (cli.command, cli.record) {
         (Some(Command::Record(r)), _) | (None, Some(r)) => run_record(r),
         (Some(Command::Run(r)), _) => run_run(r),
+        (Some(Command::Top(t)), _) => top::run(t, held),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
         (Some(Command::Flamegraph(f)), _) => flamegraph_cmd::run(&f),
@@ -222,6 +237,7 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
         },
         io_ringbuf_bytes: r.io_ringbuf_bytes,
         sample_hz: r.sample_hz,
+        tap: None,
     };
     if r.sample_hz > 1000 {
         return Err(errors::usage(format!(
@@ -263,6 +279,7 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
         interval: Duration::from_millis(r.interval_ms.max(10)),
         quiet: r.quiet,
         output,
+        live: None,
     })
 }
 

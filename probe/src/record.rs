@@ -4,6 +4,7 @@
 
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -50,6 +51,8 @@ pub struct RecordOpts {
     pub io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread on CPU; 0: none.
     pub sample_hz: u32,
+    /// A copy of every event goes here as it is recorded (`top`).
+    pub tap: Option<Sender<Event>>,
 }
 
 /// Root, BPF and ptrace permissions, checked before any work so the user
@@ -170,12 +173,12 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         quiet: opts.quiet,
         started,
     };
-    let mut sink = EventSink::new(opts.save_events.as_deref())?;
+    let mut sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
     let recorded = if use_model {
         match record_model(&at, &layout, opts, &mut sink, &loop_opts) {
             Err(e) if opts.mode == ModeChoice::Auto && e.is::<NoModel>() => {
                 warn!("{NO_MODEL}: falling back to GetNext uprobes");
-                sink = EventSink::new(opts.save_events.as_deref())?;
+                sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
                 record_uprobes(&at, opts, &mut sink, &loop_opts)
             }
             other => other,

@@ -43,6 +43,25 @@ pub struct RunOpts {
     pub interval: Duration,
     pub quiet: bool,
     pub output: PathBuf,
+    /// The live view (`top -- CMD`), if any.
+    pub live: Option<Live>,
+}
+
+/// A live consumer of the recording (`top`): every event is sent to
+/// `events`; `before_outputs` runs once the recording is over, before
+/// anything is printed or written, so the view gives the terminal back
+/// first. The command's output goes to `command.log` in the output
+/// directory, not onto the terminal the view draws on.
+#[derive(Clone)]
+pub struct Live {
+    pub events: std::sync::mpsc::Sender<plumber_collector::event::Event>,
+    pub before_outputs: std::sync::Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Live")
+    }
 }
 
 fn shim_path() -> Result<PathBuf> {
@@ -172,17 +191,28 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
         preload.push(":");
         preload.push(old);
     }
-    let mut child = Command::new(prog)
-        .args(args)
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
         .env("LD_PRELOAD", preload)
-        .env(abi::ENV_SHM, &shm.path)
+        .env(abi::ENV_SHM, &shm.path);
+    if opts.live.is_some() {
+        let log_path = opts.output.join("command.log");
+        let log =
+            File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        cmd.stdout(log.try_clone()?).stderr(log);
+    }
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
     let pid = child.id() as i32;
     info!(pid, shim = %shim.display(), "started");
     let started = Instant::now();
     let mut outputs_failed = false;
-    match record_child(opts, &shm, &mut child, pid, started) {
+    let recorded = record_child(opts, &shm, &mut child, pid, started);
+    if let Some(live) = &opts.live {
+        (live.before_outputs)();
+    }
+    match recorded {
         Ok(Some(rec)) => {
             if let Err(e) = output::write_recording(&opts.output, rec) {
                 // The command runs on; its status is still ours, unless
@@ -266,7 +296,7 @@ fn record_child(
     publish_layout(h, &layout, derived.iter.as_ref().map(|i| i.prefix));
     // From here on the child has opened the file (it maps it at load);
     // a later exec'd program would only find it gone and stay inert.
-    let mut sink = EventSink::new(None)?;
+    let mut sink = EventSink::new(None)?.with_tap(opts.live.as_ref().map(|l| l.events.clone()));
     let mut source = ShimSource::new(h, child, &target, &derived, &layout, opts.interval);
     let loop_opts = LoopOpts {
         duration: opts.duration,

@@ -11,4 +11,5 @@ mod harness;
 mod pipelines;
 mod shim;
 mod stacks;
+mod top;
 mod usage;

@@ -13,7 +13,7 @@ const NOBODY: &str = "65534";
 
 /// Builds the shim next to the probe binary: `cargo test -p plumber-probe`
 /// builds only the binary, and a stale shim would test old code.
-fn build_shim() {
+pub(crate) fn build_shim() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let mut c = Command::new(env!("CARGO"));
