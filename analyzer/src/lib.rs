@@ -27,6 +27,7 @@ mod amdahl;
 mod analysis;
 mod cache;
 mod error;
+mod escape;
 pub mod flamegraph;
 mod fmt;
 mod graph;

@@ -81,18 +81,7 @@ pub(crate) fn esc(s: &str) -> String {
 
 /// Appends `s` escaped, as [`esc`].
 pub(crate) fn push_esc(o: &mut String, s: &str) {
-    for ch in s.chars() {
-        match ch {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            '\t' | '\n' => o.push(ch),
-            c if c.is_control() => {}
-            c => o.push(c),
-        }
-    }
+    crate::escape::push_escaped(o, s, true);
 }
 
 /// The id of op `i`'s table row (index into `report.nodes`): an index, not

@@ -31,17 +31,7 @@ fn xml(s: &str) -> String {
 
 /// Appends `s` XML-escaped (control characters dropped).
 fn push_xml(o: &mut String, s: &str) {
-    for ch in s.chars() {
-        match ch {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&apos;"),
-            c if c.is_control() => {}
-            c => o.push(c),
-        }
-    }
+    crate::escape::push_escaped(o, s, false);
 }
 
 /// `s` cut to MAX_CHARS characters (an ellipsis marks the cut).
