@@ -11,6 +11,7 @@ use plumber_collector::event::{DropCount, Event};
 use tracing::{debug, info, warn};
 
 use crate::bpf::Bpf;
+use crate::cost::{CostOpts, Lever, Meter, Thin};
 use crate::derive;
 use crate::mem::Memory;
 use crate::recording::{self, LoopOpts, NoModel, Recording, StackRecording, NO_MODEL};
@@ -50,6 +51,8 @@ pub struct RecordOpts {
     pub io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread on CPU; 0: none.
     pub sample_hz: u32,
+    /// The share of the target's CPU the recording may cost (0.01 = 1%).
+    pub budget: f64,
 }
 
 /// Root, BPF and ptrace permissions, checked before any work so the user
@@ -116,9 +119,10 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // The sampler gets ready (loads its program, maps the libraries for
     // unwinding, reads the kernel's symbols) while the layout is derived
     // and the BPF programs load.
+    let thin = Thin::default();
     let sampler = match opts.sample_hz {
         0 => None,
-        hz => Some(Sampler::spawn(opts.pid, hz)),
+        hz => Some(Sampler::spawn(opts.pid, hz, thin.clone())),
     };
     let (derived, cache_hit) = derive::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
@@ -163,12 +167,19 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         attribution: opts.attribution,
         duration: opts.duration,
         wait_stacks: sampler.as_ref().map(Sampler::wait_sender),
+        thin: thin.clone(),
     };
+    let cost = cost_opts(opts, use_model, sampler.is_some(), thin);
     let loop_opts = LoopOpts {
         duration: opts.duration,
         interval: opts.interval,
         quiet: opts.quiet,
         started,
+        cost: Some(Meter::attach(
+            &bpf,
+            sampler.as_ref().and_then(Sampler::program_id),
+            cost,
+        )),
     };
     let mut sink = EventSink::new(opts.save_events.as_deref())?;
     let recorded = if use_model {
@@ -205,6 +216,31 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         cache_hit,
         stacks,
     })
+}
+
+/// What the cost meter may thin: the attribution windows (not with
+/// --precise, whose attribution is continuous) and stack sampling; the
+/// per-call probes of --precise and of the uprobes mode never.
+fn cost_opts(opts: &RecordOpts, use_model: bool, sampling: bool, thin: Thin) -> CostOpts {
+    let precise = opts.attribution == Attribution::Continuous;
+    let mut levers = Vec::new();
+    if !precise {
+        levers.push(Lever::Windows);
+    }
+    if sampling {
+        levers.push(Lever::Sampling);
+    }
+    let explicit = match (precise, use_model) {
+        (true, _) => Some("--precise"),
+        (false, false) => Some("the uprobes mode"),
+        (false, true) => None,
+    };
+    CostOpts {
+        budget: opts.budget,
+        levers,
+        thin,
+        explicit,
+    }
 }
 
 type Recorded = (&'static str, recording::Ended, StackContext);
