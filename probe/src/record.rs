@@ -240,6 +240,7 @@ fn cost_opts(opts: &RecordOpts, use_model: bool, sampling: bool, thin: Thin) -> 
         levers,
         thin,
         explicit,
+        duration: opts.duration,
     }
 }
 

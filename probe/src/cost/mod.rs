@@ -17,9 +17,10 @@
 //!   included): it competes with the target for the same cores.
 //!
 //! Their sum over the target's CPU time in the window is `target_share`.
-//! At each poll the meter updates that running estimate; past the budget
-//! (after `WARM_UP`) it thins what can be thinned (`thin`), one lever per
-//! poll, and says what and what that costs in accuracy.
+//! At each poll the meter updates that running estimate and projects it
+//! to the end of the recording (`Projection`); when the projection passes
+//! the budget it thins what can be thinned (`thin`), one lever at a time,
+//! and says what and what that costs in accuracy.
 
 pub mod thin;
 mod trap;
@@ -42,12 +43,15 @@ pub const DEFAULT_BUDGET: f64 = 0.01;
 pub const SHIM_NOT_MEASURED: &str =
     "not measured: the shim's own time in the target (its hooks and clock reads); the cost is the probe process's";
 
-/// How long into the window the estimate is left alone: the first
-/// attribution window opens at the first poll, and the share of the first
-/// seconds is mostly its cost (measured on the demo: 1.3% at 5 s, 0.8% at
-/// 10 s, at the same settings), not the recording's. Shorter recordings
-/// are reported, and warned about, but not thinned.
-const WARM_UP: Duration = Duration::from_secs(10);
+/// Where the projection's rates start: past the first attribution window
+/// (it opens at the first poll and is over within a second) and the
+/// probe's own start. The share of the first seconds is mostly theirs, a
+/// cost already paid: on interleave and py_function the share so far was
+/// over 1% at 10 s of recordings that ended at 0.6-0.7%.
+const MARK_AT: Duration = Duration::from_secs(3);
+/// How long a stretch the rates are measured over before a lever is
+/// pulled, and again after each pull (to see its effect first).
+const SPAN: Duration = Duration::from_secs(4);
 
 /// What the meter is told at the start.
 pub struct CostOpts {
@@ -59,6 +63,54 @@ pub struct CostOpts {
     /// The user asked for per-call probes (`--precise`, `--mode uprobes`):
     /// they are reported and warned about, never thinned.
     pub explicit: Option<&'static str>,
+    /// The recording's length, when known (the projection's horizon).
+    pub duration: Option<Duration>,
+}
+
+/// The share the recording is heading for: what it cost so far plus the
+/// rest at the rate measured since the mark (the whole rest of the
+/// window when its length is known, else that rate alone). The mark is
+/// set at `MARK_AT`, and again after each lever pulled.
+#[derive(Debug, Default)]
+struct Projection {
+    /// (since the window's start, cost so far ns, target CPU so far ns).
+    mark: Option<(Duration, u64, u64)>,
+}
+
+impl Projection {
+    fn update(
+        &mut self,
+        c: &ProbeCost,
+        since: Duration,
+        duration: Option<Duration>,
+    ) -> Option<f64> {
+        if since < MARK_AT {
+            return None;
+        }
+        let (at, cost0, target0) = *self
+            .mark
+            .get_or_insert((since, c.total_ns(), c.target_cpu_ns));
+        let span = since.saturating_sub(at).as_secs_f64();
+        let target = c.target_cpu_ns.saturating_sub(target0) as f64;
+        if span <= 0.0 || target <= 0.0 {
+            return None;
+        }
+        let cost = c.total_ns().saturating_sub(cost0) as f64;
+        Some(match duration {
+            Some(d) => {
+                let left = d.saturating_sub(since).as_secs_f64() / span;
+                (c.total_ns() as f64 + cost * left) / (c.target_cpu_ns as f64 + target * left)
+            }
+            None => cost / target,
+        })
+    }
+
+    /// How long the rates have been measured over.
+    fn span(&self, since: Duration) -> Duration {
+        self.mark
+            .map(|(at, _, _)| since.saturating_sub(at))
+            .unwrap_or_default()
+    }
 }
 
 /// The running cost of a recording. Its methods take `&self`: the loop's
@@ -77,6 +129,7 @@ struct State {
     base: Option<Reading>,
     estimate: Option<ProbeCost>,
     over_warned: bool,
+    projection: Projection,
 }
 
 /// The counters at one poll.
@@ -142,6 +195,7 @@ impl Meter {
             levers: Vec::new(),
             thin: Thin::default(),
             explicit: None,
+            duration: None,
         };
         Meter::new(Default::default(), None, 0, opts, notes)
     }
@@ -163,6 +217,7 @@ impl Meter {
             base: None,
             estimate: None,
             over_warned: false,
+            projection: Projection::default(),
         }))
     }
 
@@ -172,6 +227,7 @@ impl Meter {
         let mut s = self.0.borrow_mut();
         s.base = None;
         s.estimate = None;
+        s.projection = Projection::default();
     }
 
     /// At each poll, with the target's CPU time then (None: not read, the
@@ -189,10 +245,16 @@ impl Meter {
             return;
         };
         let est = cost_between(base, &now, &s.progs, s.trap_cost_ns, s.opts.budget);
-        let share = est.target_share();
+        let projected = s.projection.update(&est, since_window, s.opts.duration);
         s.estimate = Some(est);
-        if !last && since_window >= WARM_UP && s.opts.budget > 0.0 && share > s.opts.budget {
-            s.over_budget(share, since_window);
+        if let Some(share) =
+            projected.filter(|p| !last && s.opts.budget > 0.0 && *p > s.opts.budget)
+        {
+            let settled = s.projection.span(since_window) >= SPAN;
+            if settled || s.opts.levers.is_empty() {
+                s.over_budget(share, since_window);
+                s.projection.mark = None;
+            }
         }
     }
 
@@ -259,8 +321,8 @@ impl State {
     fn why_over(&self) -> String {
         match (self.opts.levers.is_empty(), self.opts.explicit) {
             (false, _) => format!(
-                "the recording ended before thinning brought it down (the estimate is acted on from {} s into the window)",
-                WARM_UP.as_secs()
+                "the recording ended before thinning could bring it down (it acts from {} s into the window)",
+                (MARK_AT + SPAN).as_secs()
             ),
             (true, Some(what)) => {
                 format!("{what} asked for per-call probes, which are never thinned")

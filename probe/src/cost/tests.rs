@@ -63,7 +63,7 @@ fn counters_that_go_back_count_nothing() {
 }
 
 #[test]
-fn over_budget_pulls_one_lever_per_poll_then_warns() {
+fn over_budget_pulls_one_lever_per_span_then_warns() {
     let thin = Thin::default();
     let meter = Meter::probe_only(0.0001, Vec::new());
     {
@@ -71,30 +71,63 @@ fn over_budget_pulls_one_lever_per_poll_then_warns() {
         s.opts.levers = vec![Lever::Windows, Lever::Sampling];
         s.opts.thin = thin.clone();
     }
-    // The probe process burns more than 0.01% of the "target's" 1 ms.
+    // The probe process burns more than 0.01% of the "target's" 1 ms a
+    // poll.
     let burn = || (0..200_000u64).fold(0u64, |a, b| std::hint::black_box(a ^ b));
-    meter.on_poll(Some(0), Duration::ZERO, false);
-    burn();
-    // Within the warm-up: nothing is thinned.
-    meter.on_poll(Some(1_000_000), Duration::from_secs(1), false);
-    assert!(!thin.windows_stopped());
-    burn();
-    meter.on_poll(Some(2_000_000), WARM_UP, false);
+    let mut target = 0;
+    let mut poll = |secs: u64, last: bool| {
+        burn();
+        target += 1_000_000;
+        meter.on_poll(Some(target), Duration::from_secs(secs), last);
+    };
+    poll(0, false);
+    // Before the mark, and before a span of rates: nothing is thinned.
+    for secs in [1, 3, 5] {
+        poll(secs, false);
+        assert!(!thin.windows_stopped(), "at {secs} s");
+    }
+    poll(7, false);
     assert!(thin.windows_stopped() && !thin.sampling_stopped());
-    burn();
-    // Nor at the last poll.
-    meter.on_poll(Some(3_000_000), WARM_UP + Duration::from_secs(1), true);
+    // The next lever waits for a span after the first.
+    poll(8, false);
+    poll(10, false);
     assert!(!thin.sampling_stopped());
-    burn();
-    meter.on_poll(Some(3_000_000), WARM_UP + Duration::from_secs(1), false);
+    // Nor is anything thinned at the last poll.
+    poll(12, true);
+    assert!(!thin.sampling_stopped());
+    poll(12, false);
     assert!(thin.sampling_stopped());
-    burn();
-    meter.on_poll(Some(4_000_000), WARM_UP + Duration::from_secs(2), true);
+    poll(13, true);
     let c = meter.finish().expect("two polls were read");
     assert_eq!(c.thinned.len(), 2);
-    assert!(c.thinned[0].starts_with("attribution windows stopped at 10.0 s"));
+    assert!(c.thinned[0].starts_with("attribution windows stopped at 7.0 s"));
     assert!(c.thinned[1].contains("flamegraphs cover only the time before"));
     assert!(c.target_share() > c.budget);
+}
+
+#[test]
+fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
+    let at = |cost: u64, target: u64| ProbeCost {
+        target_cpu_ns: target,
+        probe_cpu_ns: cost,
+        ..Default::default()
+    };
+    let mut p = Projection::default();
+    let s = Duration::from_secs;
+    // A costly start: 2% over the first 3 s.
+    assert_eq!(p.update(&at(60, 3_000), s(3), Some(s(30))), None);
+    // Then 0.5%: 10 s into 30, the 20 s left at that rate.
+    let got = p
+        .update(&at(95, 10_000), s(10), Some(s(30)))
+        .expect("a span");
+    let want = (95.0 + 35.0 * 20.0 / 7.0) / (10_000.0 + 7_000.0 * 20.0 / 7.0);
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    assert!(got < 0.01 && (at(95, 10_000)).target_share() > 0.009);
+    // Without a duration: the rate since the mark.
+    let mut q = Projection::default();
+    q.update(&at(60, 3_000), s(3), None);
+    let r = q.update(&at(95, 10_000), s(10), None).expect("a span");
+    assert!((r - 0.005).abs() < 1e-12);
 }
 
 #[test]
