@@ -279,11 +279,7 @@ fn worker(
     let mut last_refresh = Instant::now();
     let mut stopped_wall_ns = 0;
     while run.load(Ordering::SeqCst) == RUN {
-        // Past the cost budget: no more samples, the stacks so far stay.
-        if stopped_wall_ns == 0 && thin.sampling_stopped() {
-            sbpf.detach();
-            stopped_wall_ns = wall_ns();
-        }
+        stop_if_thinned(&mut sbpf, thin, &mut stopped_wall_ns);
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
         // timer, as seldom as the ring allows (bpf::sample::ring_plan). Woken
         // early (unpark) when the recording stops us. consume() errors
@@ -346,6 +342,15 @@ fn worker(
         "stack sampler done"
     );
     out
+}
+
+/// Past the cost budget (the meter pulled the sampling lever): no more
+/// samples, the stacks so far stay; `stopped_wall_ns` says when.
+fn stop_if_thinned(sbpf: &mut SampleBpf<'_>, thin: &Thin, stopped_wall_ns: &mut u64) {
+    if *stopped_wall_ns == 0 && thin.sampling_stopped() {
+        sbpf.detach();
+        *stopped_wall_ns = wall_ns();
+    }
 }
 
 /// Sets the calling thread's nice value (threads have their own on Linux).

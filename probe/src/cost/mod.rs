@@ -44,14 +44,15 @@ pub const SHIM_NOT_MEASURED: &str =
     "not measured: the shim's own time in the target (its hooks and clock reads); the cost is the probe process's";
 
 /// Where the projection's rates start: past the first attribution window
-/// (it opens at the first poll and is over within a second) and the
-/// probe's own start. The share of the first seconds is mostly theirs, a
-/// cost already paid: on interleave and py_function the share so far was
-/// over 1% at 10 s of recordings that ended at 0.6-0.7%.
-const MARK_AT: Duration = Duration::from_secs(3);
+/// (it opens at the first poll and is over within a second), the probe's
+/// own start and the target's ramp back to full speed after it. The share
+/// of the first seconds is mostly theirs, a cost already paid: on the demo
+/// the share so far was 2.7% at 1 s, 1.5% at 5 s and 0.8% at 20 s, and
+/// rates from 3 s on still projected 1.1-1.5% at 4-5 s.
+const MARK_AT: Duration = Duration::from_secs(5);
 /// How long a stretch the rates are measured over before a lever is
 /// pulled, and again after each pull (to see its effect first).
-const SPAN: Duration = Duration::from_secs(4);
+const SPAN: Duration = Duration::from_secs(5);
 
 /// What the meter is told at the start.
 pub struct CostOpts {
@@ -246,6 +247,16 @@ impl Meter {
         };
         let est = cost_between(base, &now, &s.progs, s.trap_cost_ns, s.opts.budget);
         let projected = s.projection.update(&est, since_window, s.opts.duration);
+        tracing::debug!(
+            secs = since_window.as_secs_f64(),
+            so_far = est.target_share(),
+            projected,
+            bpf_ns = est.bpf_ns,
+            trap_ns = est.trap_ns,
+            probe_cpu_ns = est.probe_cpu_ns,
+            target_cpu_ns = est.target_cpu_ns,
+            "probe cost"
+        );
         s.estimate = Some(est);
         if let Some(share) =
             projected.filter(|p| !last && s.opts.budget > 0.0 && *p > s.opts.budget)

@@ -82,25 +82,25 @@ fn over_budget_pulls_one_lever_per_span_then_warns() {
     };
     poll(0, false);
     // Before the mark, and before a span of rates: nothing is thinned.
-    for secs in [1, 3, 5] {
+    for secs in [1, 3, 5, 7, 9] {
         poll(secs, false);
         assert!(!thin.windows_stopped(), "at {secs} s");
     }
-    poll(7, false);
+    poll(10, false);
     assert!(thin.windows_stopped() && !thin.sampling_stopped());
     // The next lever waits for a span after the first.
-    poll(8, false);
-    poll(10, false);
+    poll(11, false);
+    poll(14, false);
     assert!(!thin.sampling_stopped());
     // Nor is anything thinned at the last poll.
-    poll(12, true);
+    poll(16, true);
     assert!(!thin.sampling_stopped());
-    poll(12, false);
+    poll(16, false);
     assert!(thin.sampling_stopped());
-    poll(13, true);
+    poll(17, true);
     let c = meter.finish().expect("two polls were read");
     assert_eq!(c.thinned.len(), 2);
-    assert!(c.thinned[0].starts_with("attribution windows stopped at 7.0 s"));
+    assert!(c.thinned[0].starts_with("attribution windows stopped at 10.0 s"));
     assert!(c.thinned[1].contains("flamegraphs cover only the time before"));
     assert!(c.target_share() > c.budget);
 }
@@ -114,19 +114,21 @@ fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
     };
     let mut p = Projection::default();
     let s = Duration::from_secs;
-    // A costly start: 2% over the first 3 s.
-    assert_eq!(p.update(&at(60, 3_000), s(3), Some(s(30))), None);
-    // Then 0.5%: 10 s into 30, the 20 s left at that rate.
+    // Before the mark: no projection.
+    assert_eq!(p.update(&at(50, 2_000), s(2), Some(s(30))), None);
+    // A costly start: 2% over the first 5 s.
+    assert_eq!(p.update(&at(100, 5_000), s(5), Some(s(30))), None);
+    // Then 0.5%: 12 s into 30, the 18 s left at that rate.
     let got = p
-        .update(&at(95, 10_000), s(10), Some(s(30)))
+        .update(&at(135, 12_000), s(12), Some(s(30)))
         .expect("a span");
-    let want = (95.0 + 35.0 * 20.0 / 7.0) / (10_000.0 + 7_000.0 * 20.0 / 7.0);
+    let want = (135.0 + 35.0 * 18.0 / 7.0) / (12_000.0 + 7_000.0 * 18.0 / 7.0);
     assert!((got - want).abs() < 1e-12, "{got} vs {want}");
-    assert!(got < 0.01 && (at(95, 10_000)).target_share() > 0.009);
+    assert!(got < 0.008 && (at(135, 12_000)).target_share() > 0.011);
     // Without a duration: the rate since the mark.
     let mut q = Projection::default();
-    q.update(&at(60, 3_000), s(3), None);
-    let r = q.update(&at(95, 10_000), s(10), None).expect("a span");
+    q.update(&at(100, 5_000), s(5), None);
+    let r = q.update(&at(135, 12_000), s(12), None).expect("a span");
     assert!((r - 0.005).abs() < 1e-12);
 }
 
