@@ -218,23 +218,27 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     })
 }
 
-/// What the cost meter may thin: the attribution windows (not with
-/// --precise, whose attribution is continuous) and stack sampling; the
-/// per-call probes of --precise and of the uprobes mode never.
+/// What the cost meter may thin: the attribution windows and stack
+/// sampling. Nothing when the user asked for more (--precise, --mode
+/// uprobes): their cost is reported and warned about, and the recording
+/// keeps what they asked for. The per-call probes of the uprobes fallback
+/// are never thinned either (without them it has no data).
 fn cost_opts(opts: &RecordOpts, use_model: bool, sampling: bool, thin: Thin) -> CostOpts {
     let precise = opts.attribution == Attribution::Continuous;
-    let mut levers = Vec::new();
-    if !precise {
-        levers.push(Lever::Windows);
-    }
-    if sampling {
-        levers.push(Lever::Sampling);
-    }
+    let asked = precise || opts.mode == ModeChoice::Uprobes;
     let explicit = match (precise, use_model) {
         (true, _) => Some("--precise"),
-        (false, false) => Some("the uprobes mode"),
+        (false, false) if asked => Some("--mode uprobes"),
+        (false, false) => Some("the uprobes fallback"),
         (false, true) => None,
     };
+    let mut levers = Vec::new();
+    if !asked {
+        levers.push(Lever::Windows);
+        if sampling {
+            levers.push(Lever::Sampling);
+        }
+    }
     CostOpts {
         budget: opts.budget,
         levers,

@@ -336,7 +336,7 @@ impl State {
                 (MARK_AT + SPAN).as_secs()
             ),
             (true, Some(what)) => {
-                format!("{what} asked for per-call probes, which are never thinned")
+                format!("{what}: its per-call probes are not thinned, and nothing else is left to thin")
             }
             (true, None) => "nothing is left to thin".into(),
         }
