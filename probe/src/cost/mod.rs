@@ -150,8 +150,12 @@ impl Meter {
         let mut notes = Vec::new();
         let stats = enable_run_time_stats()
             .map_err(|e| {
-                warn!("the BPF programs' run time is not measured: {e}");
-                notes.push(format!("not measured: BPF run time ({e})"));
+                // The kernel counts runs only while the statistics are on:
+                // without them the traps go uncounted too.
+                warn!("the BPF programs' run time and uprobe hits are not measured: {e}");
+                notes.push(format!(
+                    "not measured: BPF run time and uprobe traps (kernel BPF statistics: {e})"
+                ));
             })
             .ok();
         let mut refs = bpf.programs();
