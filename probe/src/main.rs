@@ -3,6 +3,7 @@
 
 mod bpf;
 mod clock;
+mod cost;
 mod derive;
 mod errors;
 mod flamegraph_cmd;
@@ -141,6 +142,12 @@ struct RecordArgs {
     /// them. At 49 Hz a sample costs the target ~7 us (BENCHMARKS.md).
     #[arg(long, default_value_t = 49)]
     sample_hz: u32,
+    /// The most the recording may cost the target, in % of its CPU time
+    /// (measured while recording); past it, attribution windows and stack
+    /// sampling stop early, and the output says so. --precise and --mode
+    /// uprobes are reported against it but not thinned.
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    max_overhead: f64,
 }
 
 #[derive(Args, Debug)]
@@ -238,7 +245,14 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
         io_ringbuf_bytes: r.io_ringbuf_bytes,
         sample_hz: r.sample_hz,
         tap: None,
+        budget: r.max_overhead / 100.0,
     };
+    if !(r.max_overhead.is_finite() && r.max_overhead > 0.0) {
+        return Err(errors::usage(format!(
+            "--max-overhead must be a positive percentage, not {}",
+            r.max_overhead
+        )));
+    }
     if r.sample_hz > 1000 {
         return Err(errors::usage(format!(
             "--sample-hz must be at most 1000, not {}",

@@ -234,6 +234,10 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         ttfd,
         if cache_hit { " (layout cache hit)" } else { "" }
     );
+    match plumber_collector::report::measured(&collected.snapshot).probe_overhead {
+        Some(cost) => println!("{}", cost.line()),
+        None => println!("probe cost: not measured (no two polls in the window)"),
+    }
     if partial {
         println!(
             "PARTIAL: the recording ended early ({reason}); the window covers what was observed"

@@ -12,6 +12,7 @@ use plumber_collector::event::{DropCount, Event};
 use tracing::{debug, info, warn};
 
 use crate::bpf::Bpf;
+use crate::cost::{CostOpts, Lever, Meter, Thin};
 use crate::derive;
 use crate::mem::Memory;
 use crate::recording::{self, LoopOpts, NoModel, Recording, StackRecording, NO_MODEL};
@@ -53,6 +54,8 @@ pub struct RecordOpts {
     pub sample_hz: u32,
     /// A copy of every event goes here as it is recorded (`top`).
     pub tap: Option<Sender<Event>>,
+    /// The share of the target's CPU the recording may cost (0.01 = 1%).
+    pub budget: f64,
 }
 
 /// Root, BPF and ptrace permissions, checked before any work so the user
@@ -119,9 +122,10 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // The sampler gets ready (loads its program, maps the libraries for
     // unwinding, reads the kernel's symbols) while the layout is derived
     // and the BPF programs load.
+    let thin = Thin::default();
     let sampler = match opts.sample_hz {
         0 => None,
-        hz => Some(Sampler::spawn(opts.pid, hz)),
+        hz => Some(Sampler::spawn(opts.pid, hz, thin.clone())),
     };
     let (derived, cache_hit) = derive::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
@@ -166,12 +170,19 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         attribution: opts.attribution,
         duration: opts.duration,
         wait_stacks: sampler.as_ref().map(Sampler::wait_sender),
+        thin: thin.clone(),
     };
+    let cost = cost_opts(opts, use_model, sampler.is_some(), thin);
     let loop_opts = LoopOpts {
         duration: opts.duration,
         interval: opts.interval,
         quiet: opts.quiet,
         started,
+        cost: Some(Meter::attach(
+            &bpf,
+            sampler.as_ref().and_then(Sampler::program_id),
+            cost,
+        )),
     };
     let mut sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
     let recorded = if use_model {
@@ -208,6 +219,36 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         cache_hit,
         stacks,
     })
+}
+
+/// What the cost meter may thin: the attribution windows and stack
+/// sampling. Nothing when the user asked for more (--precise, --mode
+/// uprobes): their cost is reported and warned about, and the recording
+/// keeps what they asked for. The per-call probes of the uprobes fallback
+/// are never thinned either (without them it has no data).
+fn cost_opts(opts: &RecordOpts, use_model: bool, sampling: bool, thin: Thin) -> CostOpts {
+    let precise = opts.attribution == Attribution::Continuous;
+    let asked = precise || opts.mode == ModeChoice::Uprobes;
+    let explicit = match (precise, use_model) {
+        (true, _) => Some("--precise"),
+        (false, false) if asked => Some("--mode uprobes"),
+        (false, false) => Some("the uprobes fallback"),
+        (false, true) => None,
+    };
+    let mut levers = Vec::new();
+    if !asked {
+        levers.push(Lever::Windows);
+        if sampling {
+            levers.push(Lever::Sampling);
+        }
+    }
+    CostOpts {
+        budget: opts.budget,
+        levers,
+        thin,
+        explicit,
+        duration: opts.duration,
+    }
 }
 
 type Recorded = (&'static str, recording::Ended, StackContext);

@@ -303,6 +303,10 @@ fn record_child(
         interval: Some(opts.interval),
         quiet: opts.quiet,
         started,
+        cost: Some(crate::cost::Meter::probe_only(
+            crate::cost::DEFAULT_BUDGET,
+            vec![crate::cost::SHIM_NOT_MEASURED.into()],
+        )),
     };
     let ended = recording::run(&mut source, &mut sink, &loop_opts)?;
     let Some(time_to_first_data) = ended.time_to_first_data else {

@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 
 pub use crate::bpf::sample::RawSample;
 use crate::bpf::sample::{SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL};
+use crate::cost::Thin;
 pub use attribute::{attribute, IoStack, LockStack, StackContext};
 pub use sampled::SampledStacks;
 use symbols::FrameNames;
@@ -89,6 +90,10 @@ struct RawStack {
     kernel: Vec<u64>,
 }
 
+/// The worker's word that sampling runs: on how many CPUs, and the
+/// sampling program's id.
+type Started = (usize, Option<u32>);
+
 /// What the worker is to do: sample, or stop and name what it has
 /// ([`Sampler::finish`]), or stop and drop it (the recording failed: naming
 /// would build libtensorflow_cc's symbol index, ~1.5 s, for nothing).
@@ -100,9 +105,11 @@ const DISCARD: u8 = 2;
 pub struct Sampler {
     state: Arc<AtomicU8>,
     worker: Option<JoinHandle<SampledStacks>>,
-    /// Until [`Sampler::ready`]: the worker's word that sampling runs,
-    /// and when it was started.
-    ready: Option<(mpsc::Receiver<Result<usize, SamplerError>>, Instant)>,
+    /// Until [`Sampler::ready`]: the worker's word that sampling runs
+    /// (on how many CPUs, and its program's id), and when it was started.
+    ready: Option<(mpsc::Receiver<Result<Started, SamplerError>>, Instant)>,
+    /// The sampling program's id, for the probe's cost.
+    program_id: Option<u32>,
     start_wall_ns: u64,
     waits: mpsc::Sender<Vec<RawSample>>,
 }
@@ -118,7 +125,8 @@ impl Sampler {
     /// Starts the worker, which loads and attaches the sampler; returns at
     /// once, so its set-up overlaps the recording's (see
     /// [`Sampler::ready`]).
-    pub fn spawn(pid: i32, hz: u32) -> Result<Sampler, SamplerError> {
+    /// `thin`: the cost meter's levers (it may stop sampling early).
+    pub fn spawn(pid: i32, hz: u32, thin: Thin) -> Result<Sampler, SamplerError> {
         let state = Arc::new(AtomicU8::new(RUN));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (waits, waits_rx) = mpsc::channel();
@@ -127,13 +135,14 @@ impl Sampler {
             .name("plumber-sampler".into())
             .spawn(move || {
                 crate::stop::leave_stop_signals_to_main();
-                worker(pid, hz, &state2, ready_tx, waits_rx)
+                worker(pid, hz, &state2, ready_tx, waits_rx, &thin)
             })
             .map_err(SamplerError::Thread)?;
         Ok(Sampler {
             state,
             worker: Some(worker),
             ready: Some((ready_rx, Instant::now())),
+            program_id: None,
             start_wall_ns: 0,
             waits,
         })
@@ -146,8 +155,9 @@ impl Sampler {
             return Ok(self);
         };
         let failed = match ready.recv() {
-            Ok(Ok(cpus)) => {
+            Ok(Ok((cpus, program_id))) => {
                 self.start_wall_ns = wall_ns();
+                self.program_id = program_id;
                 info!(
                     cpus,
                     ms = t0.elapsed().as_millis() as u64,
@@ -162,6 +172,11 @@ impl Sampler {
             let _ = w.join();
         }
         Err(failed)
+    }
+
+    /// The sampling program's kernel id (once [`Sampler::ready`]).
+    pub fn program_id(&self) -> Option<u32> {
+        self.program_id
     }
 
     /// Where the stack copies of sampled lock and GIL waits go, to be
@@ -179,9 +194,14 @@ impl Sampler {
             w.thread().unpark();
             w.join()
         }) {
+            // Stopped early by the cost meter: sampling ended then.
             Some(Ok(s)) => SampledStacks {
                 start_wall_ns: self.start_wall_ns,
-                end_wall_ns,
+                end_wall_ns: if s.end_wall_ns > 0 {
+                    s.end_wall_ns
+                } else {
+                    end_wall_ns
+                },
                 ..s
             },
             _ => {
@@ -209,8 +229,9 @@ fn worker(
     pid: i32,
     hz: u32,
     run: &AtomicU8,
-    ready: mpsc::Sender<Result<usize, SamplerError>>,
+    ready: mpsc::Sender<Result<Started, SamplerError>>,
     waits: mpsc::Receiver<Vec<RawSample>>,
+    thin: &Thin,
 ) -> SampledStacks {
     let mut obj = MaybeUninit::uninit();
     let mut sbpf = match SampleBpf::load(&mut obj, pid, hz) {
@@ -242,7 +263,7 @@ fn worker(
     state.names.load_kernel_symbols();
     match sbpf.attach(hz) {
         Ok(n) => {
-            let _ = ready.send(Ok(n));
+            let _ = ready.send(Ok((n, sbpf.program_id())));
         }
         Err(e) => {
             let _ = ready.send(Err(e.into()));
@@ -256,7 +277,9 @@ fn worker(
     // recording.
     set_own_nice(19);
     let mut last_refresh = Instant::now();
+    let mut stopped_wall_ns = 0;
     while run.load(Ordering::SeqCst) == RUN {
+        stop_if_thinned(&mut sbpf, thin, &mut stopped_wall_ns);
         // The BPF side never wakes us (BPF_RB_NO_WAKEUP): drain on a
         // timer, as seldom as the ring allows (bpf::sample::ring_plan). Woken
         // early (unpark) when the recording stops us. consume() errors
@@ -292,6 +315,7 @@ fn worker(
     set_own_nice(0);
     let t0 = Instant::now();
     let mut out = state.name_stacks();
+    out.end_wall_ns = stopped_wall_ns;
     out.symbolize_ns = t0.elapsed().as_nanos() as u64;
     out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
@@ -318,6 +342,15 @@ fn worker(
         "stack sampler done"
     );
     out
+}
+
+/// Past the cost budget (the meter pulled the sampling lever): no more
+/// samples, the stacks so far stay; `stopped_wall_ns` says when.
+fn stop_if_thinned(sbpf: &mut SampleBpf<'_>, thin: &Thin, stopped_wall_ns: &mut u64) {
+    if *stopped_wall_ns == 0 && thin.sampling_stopped() {
+        sbpf.detach();
+        *stopped_wall_ns = wall_ns();
+    }
 }
 
 /// Sets the calling thread's nice value (threads have their own on Linux).

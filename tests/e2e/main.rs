@@ -5,6 +5,7 @@
 //! skip) without them, so CI cannot go green without running them.
 
 mod containers;
+mod cost;
 mod faults;
 mod formats;
 mod harness;

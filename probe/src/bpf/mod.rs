@@ -19,6 +19,7 @@ mod error;
 mod maps;
 mod reaper;
 pub mod sample;
+pub mod stats;
 pub mod types;
 
 use maps::{get_u32, own_pid_namespace, percpu_counters, put, read_map, reader, stack_addrs};

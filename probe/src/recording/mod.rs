@@ -14,6 +14,7 @@ use plumber_collector::event::{DropCount, Event, NodeObservation, Poll, TargetIn
 use plumber_collector::stacks::{Span, StackAggregator};
 
 use crate::clock::now_ns;
+use crate::cost::Meter;
 use crate::progress::Progress;
 use crate::sink::EventSink;
 use crate::stop::{sleep_interval, STOP};
@@ -168,6 +169,9 @@ pub struct LoopOpts {
     pub quiet: bool,
     /// When the recording began (time to first data counts from here).
     pub started: Instant,
+    /// What the recording costs the target, measured at each poll (and
+    /// kept to its budget); its `ProbeCost` ends the recording's events.
+    pub cost: Option<Meter>,
 }
 
 /// How the loop ended.
@@ -183,6 +187,9 @@ pub struct Ended {
 /// exit, pushing every observation into `sink`.
 pub fn run<S: Source>(source: &mut S, sink: &mut EventSink, opts: &LoopOpts) -> Result<Ended> {
     sink.push(Event::Target(source.target_info()))?;
+    if let Some(m) = &opts.cost {
+        m.restart();
+    }
     let mut state = LoopState {
         window_start: None,
         time_to_first_data: None,
@@ -191,6 +198,11 @@ pub fn run<S: Source>(source: &mut S, sink: &mut EventSink, opts: &LoopOpts) -> 
     };
     let stop = state.rounds(source, sink, opts)?;
     state.progress.done();
+    // Over the window, first poll to last: before the probes' detach,
+    // which `finish` below does.
+    if let Some(cost) = opts.cost.as_ref().and_then(Meter::finish) {
+        sink.push(Event::ProbeCost(cost))?;
+    }
     source.drain_retired(sink)?;
     let drops = source.finish(sink)?;
     sink.push(Event::Drops { drops })?;
@@ -270,7 +282,7 @@ impl LoopState {
                 continue;
             }
             source.drain_retired(sink)?;
-            self.push_poll(source, sink, opts, nodes)?;
+            self.push_poll(source, sink, opts, nodes, stopping.is_some())?;
             if let Some(stop) = stopping {
                 return Ok(stop);
             }
@@ -292,10 +304,12 @@ impl LoopState {
         sink: &mut EventSink,
         opts: &LoopOpts,
         nodes: Vec<NodeObservation>,
+        last: bool,
     ) -> Result<()> {
         let (mono_ns, wall_ns) = now_ns();
         let root_elems = nodes.first().map(|n| n.counters.num_elements);
-        let process_cpu_ns = target::process_cpu_ns(source.pid()).unwrap_or(0);
+        let target_cpu = target::process_cpu_ns(source.pid());
+        let process_cpu_ns = target_cpu.unwrap_or(0);
         source.learn_nodes(&nodes);
         sink.push(Event::Poll(Poll {
             mono_ns,
@@ -308,6 +322,9 @@ impl LoopState {
             self.time_to_first_data = Some(opts.started.elapsed().as_secs_f64());
             Instant::now()
         });
+        if let Some(m) = &opts.cost {
+            m.on_poll(target_cpu, start.elapsed(), last);
+        }
         source.after_poll(sink, mono_ns, first)?;
         self.progress.tick(
             start.elapsed().as_secs_f64(),

@@ -9,6 +9,7 @@ use tracing::warn;
 
 use crate::bpf::sample::RawSample;
 use crate::bpf::{Bpf, DROP_NAMES};
+use crate::cost::Thin;
 use crate::derive::Derived;
 use crate::errors::one_line;
 use crate::mem::Memory;
@@ -26,6 +27,8 @@ pub struct Attached<'a, 'obj> {
     pub duration: Option<Duration>,
     /// The stack sampler's intake of sampled waits' stacks, when it runs.
     pub wait_stacks: Option<Sender<Vec<RawSample>>>,
+    /// The cost meter's levers (no more windows when it says so).
+    pub thin: Thin,
 }
 
 impl<'a, 'obj> Attached<'a, 'obj> {
@@ -50,6 +53,7 @@ impl<'a, 'obj> Attached<'a, 'obj> {
             self.duration,
         ) {
             Ok(mut u) => {
+                u.obey(self.thin.clone());
                 if let Some(tx) = &self.wait_stacks {
                     u.send_wait_stacks(tx.clone());
                     u.trace_spans();

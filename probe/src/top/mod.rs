@@ -351,6 +351,7 @@ fn top_pid(a: &TopArgs, pid: i32, log: HeldLog) -> Result<ExitCode> {
         // Stacks only feed the flamegraph outputs.
         sample_hz: if a.output.is_some() { a.sample_hz } else { 0 },
         tap: Some(tap),
+        budget: crate::cost::DEFAULT_BUDGET,
     };
     let recorded = record::record(&opts);
     if recorded.is_err() {

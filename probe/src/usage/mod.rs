@@ -48,6 +48,7 @@ use tracing::{info, warn};
 
 use crate::bpf::sample::RawSample;
 use crate::bpf::{Bpf, WaitProbe};
+use crate::cost::Thin;
 use crate::derive::{self, Derived, ProbePoint};
 use crate::sampler::StackContext;
 use crate::sink::EventSink;
@@ -199,6 +200,11 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         if let Some(w) = WaitStacks::start(self.bpf, tx) {
             self.wait_stacks = Some(w);
         }
+    }
+
+    /// Opens no more attribution windows once the cost meter says so.
+    pub fn obey(&mut self, thin: Thin) {
+        self.windows.thin = thin;
     }
 
     /// Has record_stop send each stretch of work as a span, from now on.

@@ -12,6 +12,7 @@ use super::schedule::{Schedule, TAIL, WAIT_WINDOW, WINDOW};
 use super::wait_probes::WaitProbes;
 use super::waits::Scales;
 use crate::bpf::Bpf;
+use crate::cost::Thin;
 use crate::derive::ProbePoint;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +66,9 @@ pub(super) struct Windows<'a, 'obj> {
     /// were last read (see `Usage::on_poll`).
     window_maps_stale: bool,
     attach_failures: u64,
+    /// The cost meter's levers: past the budget no window opens (the one
+    /// open runs to its end, so its share is whole).
+    pub(super) thin: Thin,
 }
 
 impl<'a, 'obj> Windows<'a, 'obj> {
@@ -95,6 +99,7 @@ impl<'a, 'obj> Windows<'a, 'obj> {
             schedule: Schedule { duration },
             window_maps_stale: true,
             attach_failures: 0,
+            thin: Thin::default(),
         };
         if mode == Attribution::Continuous {
             w.waits.attach();
@@ -374,6 +379,9 @@ impl<'a, 'obj> Windows<'a, 'obj> {
     /// Whether a window opening now still fits in the recording
     /// (`Schedule::fits`).
     fn window_fits_now(&self) -> bool {
+        if self.thin.windows_stopped() {
+            return false;
+        }
         self.started
             .is_none_or(|started| self.schedule.fits(started.elapsed(), self.windows_opened))
     }

@@ -1,0 +1,152 @@
+use super::*;
+
+fn prog(name: &str, uprobe: bool) -> ProgRef {
+    ProgRef {
+        id: 0,
+        name: name.into(),
+        uprobe,
+    }
+}
+
+#[test]
+fn parts_are_the_differences_and_sum_to_the_share() {
+    let progs = [
+        prog("record_stop", true),
+        prog("on_switch", false),
+        prog("idle", true),
+    ];
+    let base = Reading {
+        target_cpu_ns: 1_000_000_000,
+        probe_cpu_ns: 50_000_000,
+        progs: vec![(100, 10_000), (1_000, 50_000), (7, 70)],
+    };
+    let now = Reading {
+        target_cpu_ns: 11_000_000_000,
+        probe_cpu_ns: 60_000_000,
+        progs: vec![(20_100, 2_010_000), (101_000, 5_050_000), (7, 70)],
+    };
+    let c = cost_between(&base, &now, &progs, 700, 0.01);
+    assert_eq!(c.target_cpu_ns, 10_000_000_000);
+    assert_eq!(c.probe_cpu_ns, 10_000_000);
+    // Both programs' run time; only the uprobe's runs are traps.
+    assert_eq!(c.bpf_ns, 2_000_000 + 5_000_000);
+    assert_eq!(c.trap_hits, 20_000);
+    assert_eq!(c.trap_ns, 14_000_000);
+    assert_eq!(c.trap_cost_ns, 700);
+    // A program that did not run is not listed.
+    let names: Vec<&str> = c.probes.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["record_stop", "on_switch"]);
+    let parts = (c.bpf_ns + c.trap_ns + c.probe_cpu_ns) as f64;
+    assert!((c.target_share() * c.target_cpu_ns as f64 - parts).abs() < 1.0);
+    assert!((c.target_share() - 0.0031).abs() < 1e-9);
+}
+
+#[test]
+fn counters_that_go_back_count_nothing() {
+    // A program reloaded (its counters restart) or a target CPU read that
+    // went wrong must not give a huge unsigned difference.
+    let progs = [prog("p", true)];
+    let base = Reading {
+        target_cpu_ns: 5,
+        probe_cpu_ns: 5,
+        progs: vec![(10, 10)],
+    };
+    let now = Reading {
+        target_cpu_ns: 4,
+        probe_cpu_ns: 4,
+        progs: vec![(1, 1)],
+    };
+    let c = cost_between(&base, &now, &progs, 700, 0.01);
+    assert_eq!(c.total_ns(), 0);
+    assert_eq!(c.target_share(), 0.0);
+    assert!(c.probes.is_empty());
+}
+
+#[test]
+fn over_budget_pulls_one_lever_per_span_then_warns() {
+    let thin = Thin::default();
+    let meter = Meter::probe_only(0.0001, Vec::new());
+    {
+        let mut s = meter.0.borrow_mut();
+        s.opts.levers = vec![Lever::Windows, Lever::Sampling];
+        s.opts.thin = thin.clone();
+    }
+    // The probe process burns more than 0.01% of the "target's" 1 ms a
+    // poll.
+    let burn = || (0..200_000u64).fold(0u64, |a, b| std::hint::black_box(a ^ b));
+    let mut target = 0;
+    let mut poll = |secs: u64, last: bool| {
+        burn();
+        target += 1_000_000;
+        meter.on_poll(Some(target), Duration::from_secs(secs), last);
+    };
+    poll(0, false);
+    // Before the mark, and before a span of rates: nothing is thinned.
+    for secs in [1, 3, 5, 7, 9] {
+        poll(secs, false);
+        assert!(!thin.windows_stopped(), "at {secs} s");
+    }
+    poll(10, false);
+    assert!(thin.windows_stopped() && !thin.sampling_stopped());
+    // The next lever waits for a span after the first.
+    poll(11, false);
+    poll(14, false);
+    assert!(!thin.sampling_stopped());
+    // Nor is anything thinned at the last poll.
+    poll(16, true);
+    assert!(!thin.sampling_stopped());
+    poll(16, false);
+    assert!(thin.sampling_stopped());
+    poll(17, true);
+    let c = meter.finish().expect("two polls were read");
+    assert_eq!(c.thinned.len(), 2);
+    assert!(c.thinned[0].starts_with("attribution windows stopped at 10.0 s"));
+    assert!(c.thinned[1].contains("flamegraphs cover only the time before"));
+    assert!(c.target_share() > c.budget);
+}
+
+#[test]
+fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
+    let at = |cost: u64, target: u64| ProbeCost {
+        target_cpu_ns: target,
+        probe_cpu_ns: cost,
+        ..Default::default()
+    };
+    let mut p = Projection::default();
+    let s = Duration::from_secs;
+    // Before the mark: no projection.
+    assert_eq!(p.update(&at(50, 2_000), s(2), Some(s(30))), None);
+    // A costly start: 2% over the first 5 s.
+    assert_eq!(p.update(&at(100, 5_000), s(5), Some(s(30))), None);
+    // Then 0.5%: 12 s into 30, the 18 s left at that rate.
+    let got = p
+        .update(&at(135, 12_000), s(12), Some(s(30)))
+        .expect("a span");
+    let want = (135.0 + 35.0 * 18.0 / 7.0) / (12_000.0 + 7_000.0 * 18.0 / 7.0);
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    assert!(got < 0.008 && (at(135, 12_000)).target_share() > 0.011);
+    // Without a duration: the rate since the mark.
+    let mut q = Projection::default();
+    q.update(&at(100, 5_000), s(5), None);
+    let r = q.update(&at(135, 12_000), s(12), None).expect("a span");
+    assert!((r - 0.005).abs() < 1e-12);
+}
+
+#[test]
+fn no_cost_without_two_polls_and_restart_forgets_the_baseline() {
+    let meter = Meter::probe_only(0.01, vec!["not measured: x".into()]);
+    assert!(meter.finish().is_none());
+    meter.on_poll(Some(0), Duration::ZERO, false);
+    assert!(meter.finish().is_none());
+    meter.on_poll(Some(1_000_000_000), Duration::from_secs(1), false);
+    let c = meter.finish().expect("two polls");
+    assert_eq!(c.target_cpu_ns, 1_000_000_000);
+    assert_eq!(c.thinned, ["not measured: x"]);
+    meter.restart();
+    assert!(meter.finish().is_none());
+    // A poll whose target CPU was not read is skipped.
+    meter.on_poll(None, Duration::ZERO, false);
+    meter.on_poll(Some(7), Duration::ZERO, false);
+    meter.on_poll(Some(9), Duration::ZERO, false);
+    assert_eq!(meter.finish().map(|c| c.target_cpu_ns), Some(2));
+}

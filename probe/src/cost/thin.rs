@@ -1,0 +1,63 @@
+//! What can be thinned when the probe's cost passes its budget, and the
+//! flags that tell the parts doing it (the attribution windows in
+//! `usage`, the stack sampler's worker) to stop.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The levers, shared by the meter that pulls them and the parts that
+/// obey. Cloning shares them.
+#[derive(Debug, Clone, Default)]
+pub struct Thin(Arc<Flags>);
+
+#[derive(Debug, Default)]
+struct Flags {
+    windows: AtomicBool,
+    sampling: AtomicBool,
+}
+
+impl Thin {
+    /// No attribution window is to open from now on.
+    pub fn windows_stopped(&self) -> bool {
+        self.0.windows.load(Ordering::Relaxed)
+    }
+
+    /// The stack sampler is to stop its perf events.
+    pub fn sampling_stopped(&self) -> bool {
+        self.0.sampling.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn pull(&self, lever: Lever) {
+        match lever {
+            Lever::Windows => self.0.windows.store(true, Ordering::Relaxed),
+            Lever::Sampling => self.0.sampling.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+/// One thing the meter may thin, in the order it thins them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lever {
+    /// The remaining attribution windows (record_stop, sched_switch, then
+    /// the lock and GIL waits): the biggest in-target cost of the default
+    /// mode, paid in traps on every op transition while a window is open.
+    Windows,
+    /// The stack sampler's perf events: a BPF run per tick on every CPU,
+    /// and the unwinding in the probe process.
+    Sampling,
+}
+
+impl Lever {
+    /// What pulling it at `at_s` seconds into the window costs in
+    /// accuracy, as `thinned` says it.
+    pub(super) fn note(self, at_s: f64) -> String {
+        match self {
+            Lever::Windows => format!(
+                "attribution windows stopped at {at_s:.1} s: the per-op CPU split and the lock and GIL waits rest on the windows taken before"
+            ),
+            Lever::Sampling => format!(
+                "stack sampling stopped at {at_s:.1} s: the flamegraphs cover only the time before"
+            ),
+        }
+    }
+}
