@@ -214,7 +214,19 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         None => Vec::new(),
     };
     let spans = stacks.as_ref().map_or(&[][..], |st| &st.spans[..]);
+    // The last line of the summary, and a fact of report.html.
+    let cost_line = plumber_collector::report::measured(&collected.snapshot)
+        .probe_overhead
+        .map(|c| c.line())
+        .unwrap_or_else(|| "probe cost: not measured (no two polls in the window)".to_string());
     let facts = vec![
+        (
+            "probe cost".to_string(),
+            cost_line
+                .strip_prefix("probe cost: ")
+                .unwrap_or(&cost_line)
+                .to_string(),
+        ),
         ("time to first data".to_string(), format!("{ttfd:.2} s")),
         (
             "layout".to_string(),
@@ -234,10 +246,7 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         ttfd,
         if cache_hit { " (layout cache hit)" } else { "" }
     );
-    match plumber_collector::report::measured(&collected.snapshot).probe_overhead {
-        Some(cost) => println!("{}", cost.line()),
-        None => println!("probe cost: not measured (no two polls in the window)"),
-    }
+    println!("{cost_line}");
     if partial {
         println!(
             "PARTIAL: the recording ended early ({reason}); the window covers what was observed"
