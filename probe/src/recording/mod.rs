@@ -3,7 +3,8 @@
 //! the pipeline looks like at each poll; the loop decides when to poll,
 //! when to stop, and hands every observation to the sink in one order:
 //! the target, then per poll the nodes that died since the last one, the
-//! poll, and the source's own per-poll events, then the drops and the end.
+//! poll, and the source's own per-poll events, then what the recording
+//! cost the target, the drops and the end.
 
 mod walk;
 
