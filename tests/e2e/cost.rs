@@ -173,6 +173,9 @@ fn a_tiny_budget_thins_and_says_what() {
 
 #[test]
 fn run_reports_its_cost() {
+    // `run` preloads the shim, which `cargo test` does not build (a fresh
+    // clone has none until a test builds it).
+    crate::shim::build_shim();
     let out = tempdir("cost-run");
     let script = repo().join("tests/workloads/demo.py");
     let py = python();
