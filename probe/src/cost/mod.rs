@@ -299,7 +299,7 @@ impl State {
     fn read(&self, target_cpu_ns: u64) -> Reading {
         Reading {
             target_cpu_ns,
-            probe_cpu_ns: own_cpu_ns(),
+            probe_cpu_ns: crate::clock::own_cpu_ns().unwrap_or(0),
             progs: self
                 .fds
                 .iter()
@@ -379,23 +379,6 @@ fn cost_between(
         probes,
         thinned: Vec::new(),
     }
-}
-
-/// Our process's CPU time, user and system, all threads, ns (0 when it
-/// cannot be read, which getrusage on ourselves never fails to do).
-fn own_cpu_ns() -> u64 {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: getrusage writes one rusage into the valid, writable
-    // buffer it is given; RUSAGE_SELF needs nothing else.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return 0;
-    }
-    // SAFETY: getrusage succeeded, so it initialised the struct (and it
-    // was zeroed before: every bit pattern of it is valid anyway).
-    let ru = unsafe { ru.assume_init() };
-    let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1_000;
-    ns(ru.ru_utime) + ns(ru.ru_stime)
 }
 
 #[cfg(test)]

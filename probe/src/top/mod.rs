@@ -294,21 +294,9 @@ struct ProbeCost {
     last: Option<(Instant, u64)>,
 }
 
-fn own_cpu_ns() -> Option<u64> {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the rusage it is given; read only on success.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: initialised by the successful call above.
-    let ru = unsafe { ru.assume_init() };
-    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Some((us(ru.ru_utime) + us(ru.ru_stime)) * 1_000)
-}
-
 impl ProbeCost {
     fn sample(&mut self) -> Option<f64> {
-        let cpu = own_cpu_ns()?;
+        let cpu = crate::clock::own_cpu_ns()?;
         let now = Instant::now();
         let (t0, c0) = self.last.replace((now, cpu))?;
         let dt = now.duration_since(t0).as_secs_f64();
