@@ -18,7 +18,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The model follows /work/shared/reference/plumber-model.md; where it
+//! The model follows the project's notes on Plumber's model (plumber-model.md); where it
 //! departs from Plumber (its §8 bugs) the module docs say so.
 
 #![forbid(unsafe_code)]
