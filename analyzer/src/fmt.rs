@@ -81,6 +81,22 @@ pub fn bytes(x: f64) -> String {
     format!("{} B", num(x))
 }
 
+/// A duration in s, ms or µs (and ns below a microsecond when
+/// `ns_below_us`, else fractions of a µs); "0" for none.
+pub fn duration(ns: f64, ns_below_us: bool) -> String {
+    if ns <= 0.0 {
+        "0".into()
+    } else if ns >= 1e9 {
+        format!("{} s", num(ns / 1e9))
+    } else if ns >= 1e6 {
+        format!("{} ms", num(ns / 1e6))
+    } else if ns >= 1e3 || !ns_below_us {
+        format!("{} µs", num(ns / 1e3))
+    } else {
+        format!("{ns} ns")
+    }
+}
+
 /// A fraction as a percentage.
 pub fn pct(x: f64) -> String {
     if !x.is_finite() {

@@ -30,16 +30,7 @@ fn num_cell(s: &mut String, shown: &str, v: Option<f64>) {
 
 /// A time in s, ms or µs (lock waits span nine orders of magnitude).
 fn secs(ns: i64) -> String {
-    let x = ns as f64;
-    if ns <= 0 {
-        "0".into()
-    } else if x >= 1e9 {
-        format!("{} s", fmt::num(x / 1e9))
-    } else if x >= 1e6 {
-        format!("{} ms", fmt::num(x / 1e6))
-    } else {
-        format!("{} µs", fmt::num(x / 1e3))
-    }
+    fmt::duration(ns as f64, false)
 }
 
 /// Ranked ops first (the bottleneck at the top), then the rest in report

@@ -232,19 +232,7 @@ fn cap_bars(threads: &mut [TimelineThread], max: usize) -> usize {
 
 /// A duration for axis labels and tooltips.
 fn dur(ns: u64) -> String {
-    if ns == 0 {
-        return "0".into();
-    }
-    let ns = ns as f64;
-    if ns >= 1e9 {
-        format!("{} s", crate::fmt::num(ns / 1e9))
-    } else if ns >= 1e6 {
-        format!("{} ms", crate::fmt::num(ns / 1e6))
-    } else if ns >= 1e3 {
-        format!("{} µs", crate::fmt::num(ns / 1e3))
-    } else {
-        format!("{ns} ns")
-    }
+    crate::fmt::duration(ns as f64, true)
 }
 
 /// A round tick step giving about eight ticks over `range` ns.
