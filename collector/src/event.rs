@@ -19,6 +19,39 @@ pub struct NodeCounters {
     pub buffered_bytes: i64,
 }
 
+impl NodeCounters {
+    /// Adds `fin - base` of each cumulative counter (not the gauges);
+    /// returns how many went backwards (each clamped to 0).
+    pub fn add_delta(&mut self, base: &NodeCounters, fin: &NodeCounters) -> u64 {
+        let mut back = 0u64;
+        let mut add = |sum: &mut i64, b: i64, f: i64| {
+            let d = f.saturating_sub(b);
+            if d < 0 {
+                back += 1;
+            } else {
+                *sum = sum.saturating_add(d);
+            }
+        };
+        add(&mut self.num_elements, base.num_elements, fin.num_elements);
+        add(
+            &mut self.bytes_produced,
+            base.bytes_produced,
+            fin.bytes_produced,
+        );
+        add(
+            &mut self.bytes_consumed,
+            base.bytes_consumed,
+            fin.bytes_consumed,
+        );
+        add(
+            &mut self.processing_time_ns,
+            base.processing_time_ns,
+            fin.processing_time_ns,
+        );
+        back
+    }
+}
+
 /// One pipeline node as seen at one poll.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct NodeObservation {

@@ -586,36 +586,7 @@ impl Acc {
     /// Adds `fin - base` of every cumulative counter; returns how many went
     /// backwards (each clamped to 0).
     fn add_delta(&mut self, base: &NodeCounters, fin: &NodeCounters) -> u64 {
-        let mut back = 0u64;
-        let mut add = |sum: &mut i64, b: i64, f: i64| {
-            let d = f.saturating_sub(b);
-            if d < 0 {
-                back += 1;
-            } else {
-                *sum = sum.saturating_add(d);
-            }
-        };
-        add(
-            &mut self.d.num_elements,
-            base.num_elements,
-            fin.num_elements,
-        );
-        add(
-            &mut self.d.bytes_produced,
-            base.bytes_produced,
-            fin.bytes_produced,
-        );
-        add(
-            &mut self.d.bytes_consumed,
-            base.bytes_consumed,
-            fin.bytes_consumed,
-        );
-        add(
-            &mut self.d.processing_time_ns,
-            base.processing_time_ns,
-            fin.processing_time_ns,
-        );
-        back
+        self.d.add_delta(base, fin)
     }
 }
 

@@ -26,7 +26,7 @@ use crate::output;
 use crate::recording::{self, LoopOpts, Recording};
 use crate::shim_abi as abi;
 use crate::sink::EventSink;
-use crate::sources::shim::ShimSource;
+use crate::sources::shim::{exited, ShimSource};
 use crate::stop::{self, STOP};
 use crate::target::{Target, TargetError};
 
@@ -266,10 +266,6 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
     STOP.store(true, Ordering::SeqCst);
-}
-
-fn exited(child: &mut Child) -> bool {
-    !matches!(child.try_wait(), Ok(None))
 }
 
 /// `Ok(None)`: the command ended (or we were interrupted) before any

@@ -397,7 +397,8 @@ impl Source for ShimSource<'_> {
     }
 }
 
-fn exited(child: &mut Child) -> bool {
+/// The command has ended (or cannot be waited for).
+pub(crate) fn exited(child: &mut Child) -> bool {
     !matches!(child.try_wait(), Ok(None))
 }
 

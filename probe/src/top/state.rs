@@ -136,24 +136,6 @@ fn waits_ns(w: &WaitCounters) -> u64 {
     w.lock_wait_ns + w.cond_wait_ns + w.gil_wait_ns + w.io_wait_ns
 }
 
-fn sub(a: &NodeCounters, b: &NodeCounters) -> NodeCounters {
-    NodeCounters {
-        num_elements: (a.num_elements - b.num_elements).max(0),
-        processing_time_ns: (a.processing_time_ns - b.processing_time_ns).max(0),
-        bytes_produced: (a.bytes_produced - b.bytes_produced).max(0),
-        bytes_consumed: (a.bytes_consumed - b.bytes_consumed).max(0),
-        buffered_elements: a.buffered_elements,
-        buffered_bytes: a.buffered_bytes,
-    }
-}
-
-fn add_into(acc: &mut NodeCounters, d: &NodeCounters) {
-    acc.num_elements += d.num_elements;
-    acc.processing_time_ns += d.processing_time_ns;
-    acc.bytes_produced += d.bytes_produced;
-    acc.bytes_consumed += d.bytes_consumed;
-}
-
 impl LiveState {
     /// Takes one event; true when what the view shows changed.
     pub fn apply(&mut self, e: &Event) -> bool {
@@ -165,8 +147,10 @@ impl LiveState {
             Event::Poll(p) => self.on_poll(p),
             Event::Retired(r) => {
                 if let Some(s) = self.seen.remove(&(r.addr, r.id)) {
-                    let d = sub(&r.counters, &s.counters);
-                    add_into(self.retired.entry(s.path).or_default(), &d);
+                    self.retired
+                        .entry(s.path)
+                        .or_default()
+                        .add_delta(&s.counters, &r.counters);
                 }
                 return false;
             }
@@ -219,12 +203,12 @@ impl LiveState {
             let key = (n.addr, n.id);
             // Born since the previous poll: everything it did is in the
             // interval. Before the first poll nothing is known.
-            let d = match self.seen.get(&key) {
-                Some(s) => sub(&n.counters, &s.counters),
-                None if prev.is_some() => n.counters,
-                None => NodeCounters::default(),
+            let acc = deltas.entry(n.path.clone()).or_default();
+            match self.seen.get(&key) {
+                Some(s) => acc.add_delta(&s.counters, &n.counters),
+                None if prev.is_some() => acc.add_delta(&NodeCounters::default(), &n.counters),
+                None => 0,
             };
-            add_into(deltas.entry(n.path.clone()).or_default(), &d);
             seen.insert(
                 key,
                 Seen {
