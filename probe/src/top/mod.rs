@@ -179,7 +179,7 @@ fn ui_loop(
     let mut state = LiveState::default();
     let mut sort = SortKey::Pipeline;
     let opened = Instant::now();
-    let mut cost = ProbeCost::default();
+    let mut cost = OwnCpu::default();
     let mut probe_cores = None;
     let mut dirty = true;
     // SAFETY: isatty on the process's stdin descriptor.
@@ -290,11 +290,11 @@ fn interrupt_command(state: &LiveState) {
 /// /proc's clock ticks would over one interval. The probe's BPF programs
 /// run in the target's threads and are not in it.
 #[derive(Default)]
-struct ProbeCost {
+struct OwnCpu {
     last: Option<(Instant, u64)>,
 }
 
-impl ProbeCost {
+impl OwnCpu {
     fn sample(&mut self) -> Option<f64> {
         let cpu = crate::clock::own_cpu_ns()?;
         let now = Instant::now();
