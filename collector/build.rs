@@ -15,7 +15,9 @@ fn main() {
         Ok(fds) => fds,
         Err(e) => panic!("compiling the stats.pb and profile.proto schemas failed: {e}"),
     };
-    if let Err(e) = prost_build::Config::new().compile_fds(fds) {
+    // Maps as BTreeMap: a NodeDef's attrs are then encoded in key order, so
+    // the same recording always gives the same stats.pb bytes.
+    if let Err(e) = prost_build::Config::new().btree_map(["."]).compile_fds(fds) {
         panic!("generating Rust code for the stats.pb and profile.proto schemas failed: {e}");
     }
 }

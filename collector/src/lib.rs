@@ -16,6 +16,7 @@ pub mod attribution;
 pub mod event;
 pub mod eventfile;
 mod fileio;
+mod graphargs;
 pub mod opnames;
 pub mod proto;
 pub mod report;

@@ -4,12 +4,14 @@
 //! The graph imitates what Plumber's TensorFlow serializes: NodeDefs named
 //! `<Op>/_<n>` listed inputs first, a final `_Retval` named `dataset`, and
 //! datasets built inside an interleave/flat_map function placed in a
-//! FunctionDef referenced by the owner's `f` attr. Plumber joins stats to
+//! FunctionDef referenced by the owner's `f` attr. Each dataset op's scalar
+//! and vector arguments follow its dataset inputs (`graphargs.rs`). Plumber joins stats to
 //! the graph by NodeDef name and ignores edges to nodes listed later, so the
 //! listing order matters.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::graphargs;
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
@@ -43,6 +45,8 @@ struct Builder<'a> {
     /// GraphDef op per op index (None: transparent, e.g. `Root`).
     graph_op: Vec<Option<String>>,
     children: Vec<Vec<usize>>,
+    /// Consumer op per op index.
+    parent: Vec<Option<usize>>,
     /// NodeDef name once emitted.
     names: Vec<Option<String>>,
     visited: Vec<bool>,
@@ -66,10 +70,12 @@ impl<'a> Builder<'a> {
             .map(|(i, o)| (o.path.as_str(), i))
             .collect();
         let mut children = vec![Vec::new(); ops.len()];
+        let mut parent = vec![None; ops.len()];
         for (i, o) in ops.iter().enumerate() {
             if let Some(p) = o.parent_path.as_deref().and_then(|p| index.get(p)) {
                 if *p != i {
                     children[*p].push(i);
+                    parent[i] = Some(*p);
                 }
             }
         }
@@ -80,6 +86,7 @@ impl<'a> Builder<'a> {
                 .map(|o| opnames::graph_op_name(&o.model_name))
                 .collect(),
             children,
+            parent,
             names: vec![None; ops.len()],
             visited: vec![false; ops.len()],
             next_n: 0,
@@ -178,7 +185,7 @@ impl<'a> Builder<'a> {
                 AttrValue {
                     value: Some(attr_value::Value::Func(NameAttrList {
                         name: fname.clone(),
-                        attr: HashMap::new(),
+                        attr: BTreeMap::new(),
                     })),
                 },
             );
@@ -188,13 +195,20 @@ impl<'a> Builder<'a> {
             });
             self.queue.push_back((i, self.functions.len() - 1));
         }
-        match dest {
-            Dest::Main => self.main.push(node),
-            Dest::Function(f) => {
-                if let Some(func) = self.functions.get_mut(f) {
-                    func.node_def.push(node);
-                }
-            }
+        let known = graphargs::Known {
+            model_name: &self.ops[i].model_name,
+            parallelism: self.ops[i].parallelism,
+            files: &self.ops[i].files,
+            slice_files: self.slice_files(i),
+        };
+        let args = graphargs::add_args(&mut node, &known);
+        let list = match dest {
+            Dest::Main => Some(&mut self.main),
+            Dest::Function(f) => self.functions.get_mut(f).map(|f| &mut f.node_def),
+        };
+        if let Some(list) = list {
+            list.extend(args);
+            list.push(node);
         }
         let mut stats = op_stats(&self.ops[i], &name, self.window_ns);
         let files = self
@@ -204,6 +218,39 @@ impl<'a> Builder<'a> {
         usage::fill_op(&mut stats, &self.ops[i], files);
         self.stats.push(stats);
         self.names[i] = Some(name);
+    }
+
+    /// The files read inside the functions of the op that `i` feeds, when
+    /// `i` is a TensorSliceDataset feeding a function-owning op (directly
+    /// or through a shuffle, as Plumber looks for it): the file names it
+    /// slices. Sorted; empty when unknown.
+    fn slice_files(&self, i: usize) -> Vec<String> {
+        if self.graph_op[i].as_deref() != Some("TensorSliceDataset") || self.ops[i].in_function {
+            return Vec::new();
+        }
+        let mut owner = self.parent[i];
+        if let Some(p) = owner.filter(|&p| self.ops[p].model_name.starts_with("Shuffle")) {
+            owner = self.parent[p].filter(|_| !self.ops[p].in_function);
+        }
+        let Some(owner) = owner.filter(|&o| opnames::owns_functions(&self.ops[o].model_name))
+        else {
+            return Vec::new();
+        };
+        let mut files = std::collections::BTreeSet::new();
+        let mut stack: Vec<usize> = self.children[owner]
+            .iter()
+            .copied()
+            .filter(|&c| self.ops[c].in_function)
+            .collect();
+        let mut seen = vec![false; self.ops.len()];
+        while let Some(j) = stack.pop() {
+            if std::mem::replace(&mut seen[j], true) {
+                continue;
+            }
+            files.extend(self.ops[j].files.iter().cloned());
+            stack.extend(self.children[j].iter().copied());
+        }
+        files.into_iter().collect()
     }
 
     fn build(mut self) -> (GraphDef, Vec<OpStats>) {

@@ -4,7 +4,7 @@ use common::*;
 use plumber_collector::collect;
 use plumber_collector::proto::attr_value::Value;
 use plumber_collector::proto::pipeline_snapshot::OpStats;
-use plumber_collector::proto::{GraphDef, PipelineSnapshot};
+use plumber_collector::proto::{GraphDef, NodeDef, PipelineSnapshot};
 use plumber_collector::snapshot::{read_stats, write_stats, StatsError};
 use prost::Message;
 
@@ -15,8 +15,26 @@ fn stat<'a>(s: &'a PipelineSnapshot, name: &str) -> &'a OpStats {
         .unwrap_or_else(|| panic!("no stats for {name}"))
 }
 
+/// The dataset nodes and `dataset` (the argument nodes, `Const` and
+/// `Placeholder`, are checked apart).
+fn datasets(nodes: &[NodeDef]) -> Vec<&NodeDef> {
+    nodes
+        .iter()
+        .filter(|n| n.op.contains("Dataset") || n.op == "_Retval")
+        .collect()
+}
+
 fn names(g: &GraphDef) -> Vec<&str> {
-    g.node.iter().map(|n| n.name.as_str()).collect()
+    datasets(&g.node).iter().map(|n| n.name.as_str()).collect()
+}
+
+/// Inputs naming dataset nodes (`<Op>/_<n>`), not arguments.
+fn data_inputs(n: &NodeDef) -> Vec<&str> {
+    n.input
+        .iter()
+        .map(String::as_str)
+        .filter(|i| i.rsplit('/').next().is_some_and(|l| l.starts_with('_')))
+        .collect()
 }
 
 #[test]
@@ -33,7 +51,8 @@ fn chain_graph_inputs_first() {
             "dataset"
         ]
     );
-    let ops: Vec<&str> = g.node.iter().map(|n| n.op.as_str()).collect();
+    let nodes = datasets(&g.node);
+    let ops: Vec<&str> = nodes.iter().map(|n| n.op.as_str()).collect();
     assert_eq!(
         ops,
         [
@@ -44,11 +63,32 @@ fn chain_graph_inputs_first() {
             "_Retval"
         ]
     );
-    assert!(g.node[0].input.is_empty());
-    assert_eq!(g.node[1].input, ["TFRecordDataset/_0"]);
-    assert_eq!(g.node[2].input, ["ParallelMapDatasetV2/_1"]);
-    assert_eq!(g.node[3].input, ["BatchDatasetV2/_2"]);
-    assert_eq!(g.node[4].input, ["PrefetchDataset/_3"]);
+    assert!(data_inputs(nodes[0]).is_empty());
+    assert_eq!(data_inputs(nodes[1]), ["TFRecordDataset/_0"]);
+    assert_eq!(data_inputs(nodes[2]), ["ParallelMapDatasetV2/_1"]);
+    assert_eq!(data_inputs(nodes[3]), ["BatchDatasetV2/_2"]);
+    assert_eq!(nodes[4].input, ["PrefetchDataset/_3"]);
+    // Arguments follow the dataset inputs, each listed before its op.
+    assert_eq!(
+        nodes[2].input,
+        [
+            "ParallelMapDatasetV2/_1",
+            "BatchDatasetV2/_2/batch_size",
+            "BatchDatasetV2/_2/drop_remainder"
+        ]
+    );
+    let arg = |name: &str| {
+        let i = g.node.iter().position(|n| n.name == name);
+        let of = g
+            .node
+            .iter()
+            .position(|n| name.starts_with(&format!("{}/", n.name)));
+        assert!(i < of, "{name} listed after its op");
+        &g.node[i.expect("argument node")]
+    };
+    assert_eq!(arg("BatchDatasetV2/_2/batch_size").op, "Placeholder");
+    assert_eq!(arg("PrefetchDataset/_3/buffer_size").op, "Placeholder");
+    assert_eq!(arg("TFRecordDataset/_0/compression_type").op, "Placeholder");
     assert!(g.library.is_none());
 
     // One OpStats per node except `dataset`; Root has none.
@@ -147,9 +187,9 @@ fn flatmap_function_library() {
             "dataset"
         ]
     );
-    let fm = &g.node[1];
+    let fm = datasets(&g.node)[1];
     assert_eq!(
-        fm.input,
+        data_inputs(fm),
         ["TensorSliceDataset/_0"],
         "function datasets are not inputs"
     );
@@ -161,9 +201,12 @@ fn flatmap_function_library() {
     assert_eq!(lib.function.len(), 1);
     let func = &lib.function[0];
     assert_eq!(func.signature.as_ref().unwrap().name, "FlatMapDataset_1_fn");
-    let fnodes: Vec<&str> = func.node_def.iter().map(|n| n.name.as_str()).collect();
+    let fnodes: Vec<&str> = datasets(&func.node_def)
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect();
     assert_eq!(fnodes, ["TFRecordDataset/_5"]);
-    assert_eq!(func.node_def[0].op, "TFRecordDataset");
+    assert_eq!(datasets(&func.node_def)[0].op, "TFRecordDataset");
 
     let t = stat(&s, "TFRecordDataset/_5");
     assert_eq!(t.aggregate_elements_produced, 2700);
@@ -233,22 +276,32 @@ fn nested_function_ops_go_to_the_library() {
         func.signature.as_ref().unwrap().name,
         "ParallelInterleaveDatasetV4_1_fn"
     );
-    let fnodes: Vec<(&str, Vec<String>)> = func
-        .node_def
-        .iter()
-        .map(|n| (n.name.as_str(), n.input.clone()))
+    let fnodes: Vec<(&str, Vec<&str>)> = datasets(&func.node_def)
+        .into_iter()
+        .map(|n| (n.name.as_str(), data_inputs(n)))
         .collect();
     assert_eq!(
         fnodes,
         [
             ("TFRecordDataset/_2", vec![]),
-            ("MapDataset/_3", vec!["TFRecordDataset/_2".to_string()])
+            ("MapDataset/_3", vec!["TFRecordDataset/_2"])
         ]
     );
     assert_eq!(
         stat(&s, "ParallelInterleaveDatasetV4/_1").probe_parallelism,
         8.0
     );
+    // The parallelism read is the op's num_parallel_calls argument.
+    let npc = g
+        .node
+        .iter()
+        .find(|n| n.name == "ParallelInterleaveDatasetV4/_1/num_parallel_calls")
+        .expect("num_parallel_calls node");
+    assert_eq!(npc.op, "Const");
+    let Some(Value::Tensor(t)) = &npc.attr["value"].value else {
+        panic!("no value: {npc:?}");
+    };
+    assert_eq!(t.int64_val, [8]);
     assert_eq!(
         stat(&s, "ParallelInterleaveDatasetV4/_1").element_ratio,
         0.1

@@ -403,12 +403,18 @@ impl Graph {
         false
     }
 
-    /// Main-graph chain from `dataset` down through first inputs, as ops.
+    /// Main-graph chain from `dataset` down through first inputs, as ops;
+    /// it ends at a source, whose first input is an argument (`Const` or
+    /// `Placeholder`), not a dataset.
     pub fn chain(&self) -> Vec<String> {
         let mut out = Vec::new();
         let mut cur = "dataset".to_string();
         for _ in 0..64 {
-            let Some(n) = self.nodes.iter().find(|n| n.0 == cur && !n.3) else {
+            let Some(n) = self
+                .nodes
+                .iter()
+                .find(|n| n.0 == cur && !n.3 && (n.1.contains("Dataset") || n.1 == "_Retval"))
+            else {
                 break;
             };
             if n.0 != "dataset" {
