@@ -114,3 +114,29 @@ fn replay_of_a_real_recording_is_byte_identical() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[path = "../../tests/e2e/plumber_ref.rs"]
+mod plumber_ref;
+
+/// Plumber's own analysis loads the golden stats.pb (which the test above
+/// keeps equal to what a replay writes) and agrees with our report.json of
+/// it: bottleneck and per-core rates. Needs the venv of scripts/setup.sh
+/// (TensorFlow, cvxpy) and Plumber's reference beside the repository.
+#[test]
+fn plumbers_analysis_loads_the_golden_stats() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = repo.join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/setup.sh",
+        python.display()
+    );
+    let agreed = plumber_ref::plumber_agrees(
+        &python,
+        &repo,
+        &golden_dir().join("stats.pb"),
+        &golden_dir().join("report.json"),
+        "replay golden",
+    );
+    eprintln!("{agreed}");
+}

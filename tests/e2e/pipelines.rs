@@ -3,6 +3,7 @@
 use plumber_collector::proto::PipelineSnapshot;
 
 use crate::harness::*;
+use crate::plumber_ref::plumber_agrees;
 
 /// What a workload's reconstructed pipeline must look like.
 pub(crate) struct Expect {
@@ -60,6 +61,17 @@ fn check(e: &Expect) {
     let probe = s.probe_info.as_ref().expect("probe_info");
     assert_eq!(probe.mode, "model");
     assert!(!probe.partial);
+    // Plumber's own analysis loads the same file and agrees with ours;
+    // the workload is stopped first so that it does not compete for CPU.
+    drop(w);
+    let agreed = plumber_agrees(
+        &python(),
+        &repo(),
+        &out.join("stats.pb"),
+        &out.join("report.json"),
+        e.script,
+    );
+    eprintln!("{agreed}");
     let _ = std::fs::remove_dir_all(out);
 }
 
