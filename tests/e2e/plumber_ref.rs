@@ -62,6 +62,7 @@ pub fn plumber_agrees(
     report: &Path,
     who: &str,
 ) -> String {
+    let started = std::time::Instant::now();
     let o = Command::new(python)
         .arg(reference_script(repo))
         .arg(stats)
@@ -98,7 +99,8 @@ pub fn plumber_agrees(
         theirs["errors"]
     );
     let mut lines = vec![format!(
-        "{who}: bottleneck {} (both); per-core rate, Plumber vs ours:",
+        "{who}: Plumber's analysis in {:.1} s; bottleneck {} (both); per-core rate, Plumber vs ours:",
+        started.elapsed().as_secs_f64(),
         ours["bottleneck"]["name"]
     )];
     let our_nodes = ours["nodes"].as_array().expect("report.json nodes");
