@@ -5,9 +5,9 @@
 //! `<Op>/_<n>` listed inputs first, a final `_Retval` named `dataset`, and
 //! datasets built inside an interleave/flat_map function placed in a
 //! FunctionDef referenced by the owner's `f` attr. Each dataset op's scalar
-//! and vector arguments follow its dataset inputs (`graphargs.rs`). Plumber joins stats to
-//! the graph by NodeDef name and ignores edges to nodes listed later, so the
-//! listing order matters.
+//! and vector arguments follow its dataset inputs (`graphargs.rs`). Plumber
+//! joins stats to the graph by NodeDef name and ignores edges to nodes
+//! listed later, so the listing order matters.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
