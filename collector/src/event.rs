@@ -76,6 +76,14 @@ pub struct NodeObservation {
     /// Current parallelism TensorFlow uses for this op, where known.
     #[serde(default)]
     pub parallelism: Option<f64>,
+    /// The fixed element ratio of a known-ratio model node (a batch's
+    /// batch size), where read and checked against the counts. Absent in
+    /// recordings made before it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    /// A prefetch's current buffer size (its model parameter), where read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer_size: Option<f64>,
 }
 
 /// A walk of the whole pipeline tree at one instant.

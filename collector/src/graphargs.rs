@@ -169,6 +169,11 @@ pub(crate) struct Known<'a> {
     pub model_name: &'a str,
     /// The parallelism TensorFlow ran the op with, when read.
     pub parallelism: Option<f64>,
+    /// The fixed element ratio of the op's model node, when read: a
+    /// batch's batch size.
+    pub ratio: Option<f64>,
+    /// A prefetch's buffer size (its model parameter), when read.
+    pub buffer_size: Option<f64>,
     /// Files a reader op read (sorted).
     pub files: &'a [String],
     /// For a TensorSliceDataset feeding a function-owning op whose
@@ -202,10 +207,23 @@ fn value(op: &str, arg: &Arg, k: &Known) -> Option<Val> {
             .parallelism
             .filter(|p| p.is_finite() && *p >= 1.0)
             .map(|p| Val::Int(p.round() as i64)),
+        // A batch's model node is a known-ratio node whose ratio is the
+        // batch size (TensorFlow builds it from the op's argument).
+        "batch_size" => k.ratio.and_then(positive_int).map(Val::Int),
+        // The value TensorFlow runs the prefetch with: an AUTOTUNE request
+        // resolved to its current value, as for num_parallel_calls.
+        "buffer_size" if op == "PrefetchDataset" => {
+            k.buffer_size.and_then(positive_int).map(Val::Int)
+        }
         "filenames" if !k.files.is_empty() => Some(Val::Strings(k.files.to_vec())),
         "components" if !k.slice_files.is_empty() => Some(Val::Strings(k.slice_files.clone())),
         _ => None,
     }
+}
+
+/// A whole number >= 1, as TensorFlow's model holds these in doubles.
+fn positive_int(v: f64) -> Option<i64> {
+    (v.is_finite() && v >= 1.0 && v.fract() == 0.0 && v <= i64::MAX as f64).then_some(v as i64)
 }
 
 fn attr(kind: AttrKind) -> AttrValue {
@@ -329,6 +347,8 @@ mod tests {
         Known {
             model_name,
             parallelism: None,
+            ratio: None,
+            buffer_size: None,
             files: &[],
             slice_files: Vec::new(),
         }
@@ -393,6 +413,55 @@ mod tests {
         assert_eq!(t.string_val, [b"/a".to_vec(), b"/b".to_vec()]);
         assert_eq!(t.tensor_shape.as_ref().map(|s| s.dim[0].size), Some(2));
         assert!(n.attr.contains_key("Toutput_types"));
+    }
+
+    #[test]
+    fn batch_size_and_prefetch_buffer_are_consts_when_read() {
+        for op in [
+            "BatchDatasetV2",
+            "PaddedBatchDatasetV2",
+            "MapAndBatchDataset",
+            "ParallelBatchDataset",
+        ] {
+            let mut n = node(op);
+            let mut k = known("BatchV2");
+            k.ratio = Some(16.0);
+            let args = add_args(&mut n, &k);
+            assert_eq!(args[0].name, format!("{op}/_1/batch_size"));
+            assert_eq!(args[0].op, "Const", "{op}");
+            assert_eq!(tensor(&args[0]).int64_val, [16], "{op}");
+            // drop_remainder stays unknown.
+            let last = args.last().map(|a| a.op.as_str());
+            if op != "PaddedBatchDatasetV2" {
+                assert_eq!(last, Some("Placeholder"), "{op}");
+            }
+        }
+        let mut n = node("PrefetchDataset");
+        let mut k = known("Prefetch");
+        k.buffer_size = Some(2.0);
+        let args = add_args(&mut n, &k);
+        assert_eq!(args[0].op, "Const");
+        assert_eq!(tensor(&args[0]).int64_val, [2]);
+        assert_eq!(tensor(&args[0]).dtype, DataType::DtInt64 as i32);
+    }
+
+    #[test]
+    fn odd_ratios_and_buffer_sizes_stay_placeholders() {
+        for bad in [0.0, 0.5, 2.5, -1.0, f64::NAN, f64::INFINITY] {
+            let mut n = node("BatchDatasetV2");
+            let mut k = known("BatchV2");
+            k.ratio = Some(bad);
+            assert_eq!(add_args(&mut n, &k)[0].op, "Placeholder", "{bad}");
+            let mut n = node("PrefetchDataset");
+            let mut k = known("Prefetch");
+            k.buffer_size = Some(bad);
+            assert_eq!(add_args(&mut n, &k)[0].op, "Placeholder", "{bad}");
+        }
+        // A reader's or a shuffle's buffer_size is not a prefetch's.
+        let mut n = node("ShuffleDataset");
+        let mut k = known("Shuffle");
+        k.buffer_size = Some(8.0);
+        assert_eq!(add_args(&mut n, &k)[0].op, "Placeholder");
     }
 
     #[test]

@@ -198,6 +198,8 @@ impl<'a> Builder<'a> {
         let known = graphargs::Known {
             model_name: &self.ops[i].model_name,
             parallelism: self.ops[i].parallelism,
+            ratio: self.ops[i].ratio,
+            buffer_size: self.ops[i].buffer_size,
             files: &self.ops[i].files,
             slice_files: self.slice_files(i),
         };

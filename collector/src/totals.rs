@@ -46,6 +46,11 @@ pub struct OpTotals {
     /// Latest known value; None when the op has a parallelism knob whose
     /// value was never read.
     pub parallelism: Option<f64>,
+    /// Latest fixed element ratio TensorFlow's model holds for the op (a
+    /// batch's batch size), where read.
+    pub ratio: Option<f64>,
+    /// Latest buffer size of a prefetch, where read.
+    pub buffer_size: Option<f64>,
     /// Elements of the first non-function input / own elements; -1 without
     /// such an input or when it produced nothing, +inf when this op produced
     /// nothing (Plumber's `ElementRatio`).

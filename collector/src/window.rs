@@ -137,6 +137,8 @@ struct OpMeta {
     parent_path: Option<String>,
     in_function: bool,
     parallelism: Option<f64>,
+    ratio: Option<f64>,
+    buffer_size: Option<f64>,
 }
 
 /// Incremental aggregation: feed events with [`Aggregator::push`] in arrival
@@ -238,6 +240,8 @@ impl Aggregator {
                 parent_path: parent_path.clone(),
                 in_function: node.in_function,
                 parallelism: None,
+                ratio: None,
+                buffer_size: None,
             });
             if let Some(meta) = self.ops.get_mut(op) {
                 if meta.parent_path.is_none() {
@@ -255,6 +259,13 @@ impl Aggregator {
                     self.drop_own(drops::PARALLELISM_INVALID, 1);
                 }
                 None => {}
+            }
+            if let Some(meta) = self.ops.get_mut(op) {
+                // The probe sends only values it checked; the latest wins,
+                // as for parallelism.
+                let valid = |v: &Option<f64>| v.filter(|x| x.is_finite() && *x >= 0.0);
+                meta.ratio = valid(&node.ratio).or(meta.ratio);
+                meta.buffer_size = valid(&node.buffer_size).or(meta.buffer_size);
             }
             let inst = self
                 .instances
@@ -473,6 +484,8 @@ impl Aggregator {
                     buffered_elements: a.buffered_elements,
                     buffered_bytes: a.buffered_bytes,
                     parallelism,
+                    ratio: m.ratio,
+                    buffer_size: m.buffer_size,
                     element_ratio: -1.0,
                     cpu_ns: 0,
                     udf_cpu_ns: 0,
@@ -536,6 +549,8 @@ impl Aggregator {
             parent_path: Some(parent_path.to_string()),
             in_function,
             parallelism: None,
+            ratio: None,
+            buffer_size: None,
         })
     }
 }

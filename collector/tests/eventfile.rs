@@ -57,6 +57,26 @@ fn events_without_the_newer_fields_parse() {
 }
 
 #[test]
+fn node_ratio_and_buffer_size_are_optional() {
+    let line = |extra: &str| {
+        format!(
+            r#"{{"kind":"poll","mono_ns":1,"wall_ns":1,"process_cpu_ns":0,"nodes":[{{"addr":16,"id":1,"name":"BatchV2","path":"Root::BatchV2","parent":null,"counters":{{"num_elements":1,"bytes_produced":0,"bytes_consumed":0,"processing_time_ns":0,"buffered_elements":0,"buffered_bytes":0}}{extra}}}]}}"#
+        )
+    };
+    let node = |text: String| match read_events_from(text.as_bytes(), "mem").unwrap().remove(0) {
+        plumber_collector::event::Event::Poll(mut p) => p.nodes.remove(0),
+        other => panic!("not a poll: {other:?}"),
+    };
+    let old = node(line(""));
+    assert_eq!((old.ratio, old.buffer_size), (None, None));
+    let new = node(line(r#","ratio":16.0,"buffer_size":2.0"#));
+    assert_eq!((new.ratio, new.buffer_size), (Some(16.0), Some(2.0)));
+    // Unknown values are not written, so older readers see what they know.
+    let text = serde_json::to_string(&old).unwrap();
+    assert!(!text.contains("ratio") && !text.contains("buffer_size"));
+}
+
+#[test]
 fn streaming_writer_and_blank_lines() {
     let mut w = EventWriter::new(Vec::new(), "mem");
     for e in chain_events() {

@@ -448,3 +448,40 @@ fn malformed_parent_cycle_keeps_every_op() {
     assert_eq!(got.table().lines().count(), 3);
     assert_eq!(got.report().nodes.len(), 2);
 }
+
+/// The int64 value of the argument node `name`, None for a Placeholder.
+fn const_arg(g: &GraphDef, name: &str) -> Option<i64> {
+    let n = g.node.iter().find(|n| n.name == name).expect(name);
+    match n.attr.get("value").and_then(|v| v.value.as_ref()) {
+        Some(Value::Tensor(t)) if n.op == "Const" => t.int64_val.first().copied(),
+        _ => None,
+    }
+}
+
+#[test]
+fn batch_size_and_prefetch_buffer_from_the_recording() {
+    // Read on the middle poll only (the last instance's batch had too few
+    // batches to check): the latest value read is kept.
+    let mut evs = chain_events();
+    if let Some(plumber_collector::event::Event::Poll(p)) = evs.get_mut(2) {
+        for n in &mut p.nodes {
+            match n.name.as_str() {
+                "BatchV2" => n.ratio = Some(16.0),
+                "Prefetch" => n.buffer_size = Some(2.0),
+                _ => {}
+            }
+        }
+    }
+    let s = collect(evs).unwrap().snapshot;
+    let g = s.graph.as_ref().unwrap();
+    assert_eq!(const_arg(g, "BatchDatasetV2/_2/batch_size"), Some(16));
+    assert_eq!(const_arg(g, "PrefetchDataset/_3/buffer_size"), Some(2));
+    // Nothing tells drop_remainder.
+    assert_eq!(const_arg(g, "BatchDatasetV2/_2/drop_remainder"), None);
+
+    // A recording without them (an older one) keeps Placeholders.
+    let s = collect(chain_events()).unwrap().snapshot;
+    let g = s.graph.as_ref().unwrap();
+    assert_eq!(const_arg(g, "BatchDatasetV2/_2/batch_size"), None);
+    assert_eq!(const_arg(g, "PrefetchDataset/_3/buffer_size"), None);
+}

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tracing::{debug, info, warn};
 
-use crate::layout::{self, IteratorLayout, LayoutError, NodeLayout};
+use crate::layout::{self, IteratorLayout, LayoutError, NodeLayout, RatioLayout};
 use crate::symbols::{self, Symbol, SymbolError, Symbols};
 use crate::target::Target;
 use crate::xol;
@@ -43,6 +43,27 @@ const CREATE_NODE: &[(&str, &str)] = &[
     (
         "MapAndBatch",
         "_ZNK10tensorflow4data12experimental20MapAndBatchDatasetOp7Dataset8Iterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+    ),
+];
+
+/// Model node name -> the op's `Iterator::CreateNode` in libtensorflow_cc,
+/// for ops whose buffer size is a `SharedState` knob.
+const CREATE_NODE_BUFFER: &[(&str, &str)] = &[(
+    "Prefetch",
+    "_ZNK10tensorflow4data17PrefetchDatasetOp7Dataset8Iterator10CreateNodeEPNS0_15IteratorContextENS0_5model4Node4ArgsE",
+)];
+
+/// Known-ratio model node classes of the framework library: (vtable,
+/// the `Ratio() const` the class uses). AsyncKnownRatio inherits its
+/// accessor from AsyncRatio.
+const RATIO_CLASSES: &[(&str, &str)] = &[
+    (
+        "_ZTVN10tensorflow4data5model12_GLOBAL__N_110KnownRatioE",
+        "_ZNK10tensorflow4data5model12_GLOBAL__N_110KnownRatio5RatioEv",
+    ),
+    (
+        "_ZTVN10tensorflow4data5model12_GLOBAL__N_115AsyncKnownRatioE",
+        "_ZNK10tensorflow4data5model12_GLOBAL__N_110AsyncRatio5RatioEv",
     ),
 ];
 
@@ -80,6 +101,13 @@ pub struct Derived {
     /// framework library.
     #[serde(default)]
     pub thread_registry: Option<u64>,
+    /// Where known-ratio model nodes keep their ratio (a batch's batch
+    /// size); None when this build's classes are not understood.
+    #[serde(default)]
+    pub ratio: Option<RatioLayout>,
+    /// Why `ratio` is None.
+    #[serde(default)]
+    pub ratio_error: Option<String>,
 }
 
 impl Derived {
@@ -136,7 +164,7 @@ fn cache_file(target: &Target) -> Option<PathBuf> {
         None => "none".into(),
     };
     Some(cache_dir()?.join(format!(
-        "layout-{}-3-{fw}-{cc}.json",
+        "layout-{}-4-{fw}-{cc}.json",
         env!("CARGO_PKG_VERSION")
     )))
 }
@@ -326,27 +354,22 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
             ..Default::default()
         };
         if let Some(cc) = &target.cc {
-            let names: Vec<&str> = CREATE_NODE.iter().map(|(_, m)| *m).collect();
-            for ((model_name, _), sym) in
-                CREATE_NODE.iter().zip(syms.lookup(&cc.host_path, &names)?)
-            {
-                let Some(sym) = sym else { continue };
-                match symbols::code(&cc.host_path, &sym)
-                    .map_err(AttachError::from)
-                    .and_then(|c| Ok(layout::create_node_shared_state(&c, sym.vaddr)?))
-                {
-                    Ok(off) => {
-                        iter.parallelism.insert((*model_name).to_string(), off);
-                    }
-                    Err(e) => debug!("parallelism of {model_name} will be unknown: {e}"),
-                }
-            }
+            iter.parallelism = knob_offsets(&syms, &cc.host_path, CREATE_NODE, "parallelism")?;
+            iter.buffer_size =
+                knob_offsets(&syms, &cc.host_path, CREATE_NODE_BUFFER, "buffer size")?;
         }
         Ok((node, iter))
     })();
     let (node, iter, model_error) = match model {
         Ok((n, i)) => (Some(n), Some(i), None),
         Err(e) => (None, None, Some(e.to_string())),
+    };
+    let (ratio, ratio_error) = match ratio_layout(&syms, fw) {
+        Ok(r) => (Some(r), None),
+        Err(e) => {
+            warn!("batch sizes will be unknown (written as Placeholders): {e}");
+            (None, Some(e.to_string()))
+        }
     };
     let mut extra: [Option<Symbol>; 2] = [None, None];
     match syms.find(fw, &framework_pattern) {
@@ -369,5 +392,58 @@ fn derive_uncached(target: &Target) -> Result<Derived, AttachError> {
         record_stop: get(4, RECORD_STOP).ok().as_ref().map(point),
         mutex_slow: mutex_slow.as_ref().map(point),
         thread_registry: registry.map(|s| s.vaddr),
+        ratio,
+        ratio_error,
     })
+}
+
+/// Model node name -> offset of the iterator's `shared_ptr<SharedState>`
+/// that the op's `CreateNode` (`table`: node name, mangled name) hands to
+/// the model, for the ops whose code shows it; the others' `what` stays
+/// unknown.
+fn knob_offsets(
+    syms: &Symbols,
+    cc: &std::path::Path,
+    table: &[(&str, &str)],
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, u32>, AttachError> {
+    let names: Vec<&str> = table.iter().map(|(_, m)| *m).collect();
+    let mut out = std::collections::BTreeMap::new();
+    for ((model_name, _), sym) in table.iter().zip(syms.lookup(cc, &names)?) {
+        let Some(sym) = sym else { continue };
+        match symbols::code(cc, &sym)
+            .map_err(AttachError::from)
+            .and_then(|c| Ok(layout::create_node_shared_state(&c, sym.vaddr)?))
+        {
+            Ok(off) => {
+                out.insert((*model_name).to_string(), off);
+            }
+            Err(e) => debug!("{what} of {model_name} will be unknown: {e}"),
+        }
+    }
+    Ok(out)
+}
+
+/// Each known-ratio class's vtable and the offset its `Ratio()` accessor
+/// reads. Every class must be understood, or none is used: a batch op's
+/// node class depends on the op, and a class left out would read as
+/// "not a known-ratio node" where it is one.
+fn ratio_layout(syms: &Symbols, fw: &std::path::Path) -> Result<RatioLayout, AttachError> {
+    let names: Vec<&str> = RATIO_CLASSES.iter().flat_map(|(v, r)| [*v, *r]).collect();
+    let found = syms.lookup(fw, &names)?;
+    let mut classes = Vec::new();
+    for pair in found.chunks(2) {
+        let [vt, acc] = pair else {
+            continue;
+        };
+        let missing = |i: usize| SymbolError::Missing {
+            path: fw.to_path_buf(),
+            name: names[classes.len() * 2 + i].to_string(),
+        };
+        let vt = vt.as_ref().ok_or_else(|| missing(0))?;
+        let acc = acc.as_ref().ok_or_else(|| missing(1))?;
+        let off = layout::ratio_accessor(&symbols::code(fw, acc)?, acc.vaddr)?;
+        classes.push((vt.vaddr, off));
+    }
+    Ok(RatioLayout { classes })
 }

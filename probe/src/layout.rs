@@ -63,6 +63,20 @@ pub struct IteratorLayout {
     /// Model node name (e.g. `ParallelMapV2`) -> offset of the iterator's
     /// `shared_ptr<SharedState>` holding its parallelism.
     pub parallelism: BTreeMap<String, u32>,
+    /// Model node name (`Prefetch`) -> offset of the iterator's
+    /// `shared_ptr<SharedState>` holding its buffer size.
+    #[serde(default)]
+    pub buffer_size: BTreeMap<String, u32>,
+}
+
+/// Where a known-ratio model node keeps its ratio, per node class: the
+/// class is told by the object's vtable (ELF vaddr of the `_ZTV` symbol in
+/// the framework library).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct RatioLayout {
+    /// (vtable vaddr, offset of the `double` ratio) for `KnownRatio` and
+    /// `AsyncKnownRatio`.
+    pub classes: Vec<(u64, u32)>,
 }
 
 /// Registers (and rbp stack slots) holding a copy of one pointer.
@@ -397,6 +411,39 @@ pub fn create_node_shared_state(code: &[u8], ip: u64) -> Result<u32, LayoutError
     })
 }
 
+/// A node class's `Ratio() const` accessor (this in rdi): the double it
+/// returns, `movsd X(%rdi), %xmm0` before the first return, with `this`
+/// not moved elsewhere first. Anything else (a computed ratio, a call) is
+/// not an accessor of a field, and the build is not understood.
+pub fn ratio_accessor(code: &[u8], ip: u64) -> Result<u32, LayoutError> {
+    let nf = || LayoutError::NotFound {
+        func: "KnownRatio::Ratio",
+        what: "ratio_",
+    };
+    for ins in decode(code, ip).iter().take(8) {
+        match ins.mnemonic() {
+            Mnemonic::Push | Mnemonic::Pop => {}
+            Mnemonic::Mov
+                if ins.op_count() == 2
+                    && ins.op_kind(1) == OpKind::Register
+                    && ins.op_register(0) == Register::RBP
+                    && ins.op_register(1) == Register::RSP => {}
+            Mnemonic::Movsd | Mnemonic::Vmovsd
+                if ins.op_count() == 2
+                    && ins.op_kind(0) == OpKind::Register
+                    && ins.op_register(0) == Register::XMM0
+                    && ins.op_kind(1) == OpKind::Memory
+                    && ins.memory_base() == Register::RDI
+                    && ins.memory_index() == Register::None =>
+            {
+                return u32::try_from(ins.memory_displacement64()).map_err(|_| nf());
+            }
+            _ => return Err(nf()),
+        }
+    }
+    Err(nf())
+}
+
 /// Combines the sources; every offset that two functions show must agree.
 pub fn node_layout(
     to_proto: NodeLayout,
@@ -550,6 +597,66 @@ mod tests {
             create_node_shared_state(&code, 0x1000).expect("found"),
             0xc8
         );
+    }
+
+    #[test]
+    fn create_node_finds_prefetch_buffer_size() {
+        use iced_x86::code_asm::*;
+        // Prefetch: the knob is first read for its value (min/max of the
+        // parameter), then the shared_ptr is copied as one 16-byte move.
+        let code = asm(|a| {
+            a.mov(r14, rsi)?;
+            a.mov(rax, qword_ptr(rsi + 0x150))?;
+            a.vmovsd(xmm1, qword_ptr(rax))?;
+            a.mov(rax, qword_ptr(rcx))?;
+            a.mov(rax, qword_ptr(r14 + 0x158))?;
+            a.vmovups(xmm2, xmmword_ptr(r14 + 0x150))?;
+            a.test(rax, rax)?;
+            a.lock().inc(dword_ptr(rax + 8))?;
+            a.ret()
+        });
+        assert_eq!(
+            create_node_shared_state(&code, 0x1000).expect("found"),
+            0x150
+        );
+    }
+
+    #[test]
+    fn ratio_accessor_reads_the_returned_field() {
+        use iced_x86::code_asm::*;
+        let code = asm(|a| {
+            a.push(rbp)?;
+            a.mov(rbp, rsp)?;
+            a.vmovsd(xmm0, qword_ptr(rdi + 0x158))?;
+            a.pop(rbp)?;
+            a.ret()
+        });
+        assert_eq!(ratio_accessor(&code, 0x1000).expect("found"), 0x158);
+        let code = asm(|a| {
+            a.movsd_2(xmm0, qword_ptr(rdi + 0x140))?;
+            a.ret()
+        });
+        assert_eq!(ratio_accessor(&code, 0x1000).expect("found"), 0x140);
+    }
+
+    #[test]
+    fn computed_ratio_is_not_an_accessor() {
+        use iced_x86::code_asm::*;
+        // A ratio computed through a call, or read through another pointer.
+        let code = asm(|a| {
+            a.push(rbp)?;
+            a.mov(rbp, rsp)?;
+            a.call(0x2000u64)?;
+            a.vmovsd(xmm0, qword_ptr(rdi + 0x140))?;
+            a.ret()
+        });
+        assert!(ratio_accessor(&code, 0x1000).is_err());
+        let code = asm(|a| {
+            a.mov(rax, qword_ptr(rdi + 0x10))?;
+            a.vmovsd(xmm0, qword_ptr(rax + 0x140))?;
+            a.ret()
+        });
+        assert!(ratio_accessor(&code, 0x1000).is_err());
     }
 
     #[test]

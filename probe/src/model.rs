@@ -216,6 +216,8 @@ impl ModelReader {
                 in_function,
                 counters: n.counters,
                 parallelism: None,
+                ratio: None,
+                buffer_size: None,
             });
             // Reverse so the first input is walked first (stable order).
             stack.extend(kids.into_iter().rev());
@@ -241,9 +243,10 @@ pub fn stable_path(prefix: &str) -> String {
     out
 }
 
-/// Fills each observed node's parallelism from its iterator's `SharedState`
-/// knob (`iter_of`: node address -> iterator address), where the layout
-/// knows the op and the iterator still owns the node.
+/// Fills each observed node's parallelism, and a prefetch's buffer size,
+/// from its iterator's `SharedState` knob (`iter_of`: node address ->
+/// iterator address), where the layout knows the op and the iterator still
+/// owns the node.
 pub fn fill_parallelism(
     mem: &Memory,
     obs: &mut [NodeObservation],
@@ -251,19 +254,93 @@ pub fn fill_parallelism(
     il: &crate::layout::IteratorLayout,
 ) {
     for n in obs.iter_mut() {
-        let (Some(&off), Some(&it)) = (il.parallelism.get(&n.name), iter_of.get(&n.addr)) else {
+        let Some(&it) = iter_of.get(&n.addr) else {
             continue;
         };
         // The iterator must still own this node (not freed and reused).
         if mem.u64(it + il.node as u64).ok() != Some(n.addr) {
             continue;
         }
-        if let Ok(v) = mem.u64(it + off as u64).and_then(|ss| mem.f64(ss)) {
-            if v.is_finite() && (1.0..=65536.0).contains(&v) {
-                n.parallelism = Some(v);
-            }
+        let knob = |off: Option<&u32>| {
+            let off = *off?;
+            let v = mem.u64(it + off as u64).and_then(|ss| mem.f64(ss)).ok()?;
+            (v.is_finite() && (1.0..=65536.0).contains(&v)).then_some(v)
+        };
+        if let Some(v) = knob(il.parallelism.get(&n.name)) {
+            n.parallelism = Some(v);
+        }
+        // A buffer size is a whole number of elements; 0 is what a
+        // prefetch left to its own (legacy) autotuner holds: unknown.
+        if let Some(v) = knob(il.buffer_size.get(&n.name)).filter(|v| v.fract() == 0.0) {
+            n.buffer_size = Some(v);
         }
     }
+}
+
+/// Model node names of the batch ops: their model node is a known-ratio
+/// node whose ratio is the batch size.
+const BATCH_NODES: &[&str] = &[
+    "Batch",
+    "BatchV2",
+    "PaddedBatch",
+    "PaddedBatchV2",
+    "MapAndBatch",
+    "ParallelBatch",
+];
+
+/// Batches a node must have produced before its ratio is checked against
+/// the counts (and so used).
+const MIN_BATCHES_CHECKED: i64 = 8;
+
+/// Fills the ratio of batch nodes whose class (`classes`: runtime vptr,
+/// offset of the ratio) is known, when the counts agree with it.
+pub fn fill_ratios(mem: &Memory, obs: &mut [NodeObservation], classes: &[(u64, u32)]) {
+    if classes.is_empty() {
+        return;
+    }
+    for i in 0..obs.len() {
+        let n = &obs[i];
+        if !BATCH_NODES.contains(&n.name.as_str()) {
+            continue;
+        }
+        let Some(off) = mem
+            .u64(n.addr)
+            .ok()
+            .and_then(|vptr| classes.iter().find(|(v, _)| *v == vptr))
+            .map(|(_, off)| *off)
+        else {
+            continue;
+        };
+        let Ok(r) = mem.f64(n.addr + off as u64) else {
+            continue;
+        };
+        // The op's input: its first child, walked first.
+        let inputs = obs
+            .iter()
+            .find(|c| c.parent == Some(n.addr) && !c.in_function)
+            .map(|c| c.counters.num_elements);
+        if ratio_fits(r, n.counters.num_elements, inputs) {
+            obs[i].ratio = Some(r);
+        }
+    }
+}
+
+/// A batch size read from the node agrees with its counts: a whole number,
+/// at least 8 batches produced, more than (batches - 1) x ratio input
+/// elements (at most the last batch of an instance is partial), and an
+/// observed ratio within half of it (parallel batch ops run ahead of
+/// their consumer, by fewer batches than 8 once enough are produced).
+fn ratio_fits(r: f64, batches: i64, inputs: Option<i64>) -> bool {
+    let Some(m) = inputs else {
+        return false;
+    };
+    if !(r.is_finite() && r >= 1.0 && r.fract() == 0.0 && r <= f64::from(1u32 << 31))
+        || batches < MIN_BATCHES_CHECKED
+    {
+        return false;
+    }
+    let (n, m) = (batches as f64, m as f64);
+    m > (n - 1.0) * r && (m / n - r).abs() <= r / 2.0
 }
 
 /// The pipeline the job waits on among the discovered iterators
@@ -312,6 +389,24 @@ mod tests {
             stable_path("Iterator::Root::Prefetch::ForeverRepeat[118]::FlatMap[3]::TFRecord"),
             "Root::Prefetch::ForeverRepeat::FlatMap::TFRecord"
         );
+    }
+
+    #[test]
+    fn ratio_is_checked_against_counts() {
+        // 100 batches of 16 from 1600 (or 1590: a partial last batch).
+        assert!(ratio_fits(16.0, 100, Some(1600)));
+        assert!(ratio_fits(16.0, 100, Some(1590)));
+        // A parallel batch running 4 batches ahead.
+        assert!(ratio_fits(16.0, 100, Some(1664)));
+        // Too few batches, no input seen, or counts that contradict it.
+        assert!(!ratio_fits(16.0, 4, Some(64)));
+        assert!(!ratio_fits(16.0, 100, None));
+        assert!(!ratio_fits(8.0, 100, Some(1600)));
+        assert!(!ratio_fits(32.0, 100, Some(1600)));
+        // Not a batch size at all.
+        assert!(!ratio_fits(16.5, 100, Some(1650)));
+        assert!(!ratio_fits(f64::NAN, 100, Some(1600)));
+        assert!(!ratio_fits(0.0, 100, Some(0)));
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub fn node(
         in_function: false,
         counters,
         parallelism: None,
+        ratio: None,
+        buffer_size: None,
     }
 }
 

@@ -8,12 +8,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plumber_collector::event::{DropCount, NodeObservation};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use crate::derive::Derived;
 use crate::layout::{IteratorLayout, NodeLayout};
 use crate::mem::Memory;
-use crate::model::{busiest_root, fill_parallelism, ModelReader};
+use crate::model::{busiest_root, fill_parallelism, fill_ratios, ModelReader};
 use crate::stop::STOP;
+use crate::target::Target;
 
 /// The pipeline runs but has no autotune model (autotune disabled): its
 /// iterators have no model node.
@@ -76,6 +78,8 @@ pub struct ModelWalk {
     par_ops: HashSet<String>,
     par_known: HashSet<String>,
     invalid_nodes: u64,
+    /// Known-ratio node classes in the target: (vptr, offset of the ratio).
+    ratio_classes: Vec<(u64, u32)>,
 }
 
 impl ModelWalk {
@@ -89,7 +93,33 @@ impl ModelWalk {
             par_ops: HashSet::new(),
             par_known: HashSet::new(),
             invalid_nodes: 0,
+            ratio_classes: Vec::new(),
         }
+    }
+
+    /// Reads batch nodes' batch sizes too, where the build's known-ratio
+    /// classes were understood and the framework library is mapped.
+    pub fn with_ratios(mut self, target: &Target, derived: &Derived) -> Self {
+        let Some(r) = &derived.ratio else {
+            warn!(
+                "batch sizes will be unknown (written as Placeholders): {}",
+                derived.ratio_error.as_deref().unwrap_or("not derived")
+            );
+            return self;
+        };
+        let Some(base) = crate::threads::load_base(target.pid, &target.framework.path) else {
+            warn!(
+                "batch sizes will be unknown: the framework library's load address was not found"
+            );
+            return self;
+        };
+        // A vptr points past the vtable's offset-to-top and typeinfo words.
+        self.ratio_classes = r
+            .classes
+            .iter()
+            .map(|(vtable, off)| (base + vtable + 16, *off))
+            .collect();
+        self
     }
 
     /// A pipeline root is known.
@@ -145,6 +175,7 @@ impl ModelWalk {
             }
         };
         fill_parallelism(&self.mem, &mut nodes, &self.iter_of, &self.iter_layout);
+        fill_ratios(&self.mem, &mut nodes, &self.ratio_classes);
         for n in nodes
             .iter()
             .filter(|n| self.iter_layout.parallelism.contains_key(&n.name))

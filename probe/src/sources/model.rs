@@ -71,7 +71,7 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
         Ok(ModelSource {
             at,
             discovery_timeout,
-            walk: ModelWalk::new(at.mem, *layout, iter_layout),
+            walk: ModelWalk::new(at.mem, *layout, iter_layout).with_ratios(at.target, at.derived),
             remove_link,
             retired,
             bad,

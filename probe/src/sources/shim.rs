@@ -80,7 +80,8 @@ impl<'a> ShimSource<'a> {
             target,
             pid,
             interval,
-            walk: ModelWalk::new(mem, *layout, derived.iter.clone().unwrap_or_default()),
+            walk: ModelWalk::new(mem, *layout, derived.iter.clone().unwrap_or_default())
+                .with_ratios(target, derived),
             registry,
             cpu: ThreadCpu::default(),
             io_prev: HashMap::new(),

@@ -115,6 +115,8 @@ impl Source for UprobesSource<'_, '_, '_> {
                         ..Default::default()
                     },
                     parallelism: None,
+                    ratio: None,
+                    buffer_size: None,
                 });
             }
         }

@@ -438,6 +438,8 @@ mod tests {
                 ..NodeCounters::default()
             },
             parallelism: None,
+            ratio: None,
+            buffer_size: None,
         }
     }
 

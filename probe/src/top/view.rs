@@ -277,6 +277,8 @@ mod tests {
                             ..Default::default()
                         },
                         parallelism: Some(2.0),
+                        ratio: None,
+                        buffer_size: None,
                     }],
                 },
             ));
