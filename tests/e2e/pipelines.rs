@@ -19,6 +19,11 @@ pub(crate) struct Expect {
     pub(crate) counts: &'static [(&'static str, &'static str)],
     /// (op, parallelism TensorFlow uses).
     pub(crate) parallelism: &'static [(&'static str, f64)],
+    /// (op, argument, value): arguments the stats.pb must carry as a
+    /// `Const` with the workload's own configuration (its `--batch`, its
+    /// `prefetch(n)`); None for a value TensorFlow autotunes, which must
+    /// be a positive Const.
+    pub(crate) arguments: &'static [(&'static str, &'static str, Option<i64>)],
     /// Recording window. An op's count over a window differs from what the
     /// training loop consumed by the change in the elements buffered
     /// between them; ops under autotuned buffers (an interleave's per-cycle
@@ -58,6 +63,18 @@ fn check(e: &Expect) {
         assert_eq!(st.probe_parallelism, *p, "{}: {op} parallelism", e.script);
         assert_eq!(st.parallelism, *p as i64);
     }
+    for (op, arg, want) in e.arguments {
+        let got = const_arg(&s, op, arg);
+        eprintln!("{}: {op} {arg} = {got:?}", e.script);
+        match want {
+            Some(v) => assert_eq!(got, Some(*v), "{}: {op} {arg}", e.script),
+            None => assert!(
+                got.is_some_and(|v| v >= 1),
+                "{}: {op} {arg} {got:?}",
+                e.script
+            ),
+        }
+    }
     let probe = s.probe_info.as_ref().expect("probe_info");
     assert_eq!(probe.mode, "model");
     assert!(!probe.partial);
@@ -73,6 +90,22 @@ fn check(e: &Expect) {
     );
     eprintln!("{agreed}");
     let _ = std::fs::remove_dir_all(out);
+}
+
+/// The int64 `Const` argument `arg` of the first main-graph `op`, or None
+/// where it is a Placeholder or missing.
+fn const_arg(s: &PipelineSnapshot, op: &str, arg: &str) -> Option<i64> {
+    use plumber_collector::proto::attr_value::Value;
+    let g = s.graph.as_ref().expect("graph");
+    let node = g.node.iter().find(|n| n.op == op)?;
+    let a = g
+        .node
+        .iter()
+        .find(|n| n.name == format!("{}/{arg}", node.name) && n.op == "Const")?;
+    match a.attr.get("value").and_then(|v| v.value.as_ref()) {
+        Some(Value::Tensor(t)) => t.int64_val.first().copied(),
+        _ => None,
+    }
 }
 
 /// Each op's elements over the window of `s` against what the workload
@@ -159,6 +192,10 @@ pub(crate) const TFRECORD_IMAGE: Expect = Expect {
         ("TFRecordDataset", "elems"),
     ],
     parallelism: &[],
+    arguments: &[
+        ("BatchDatasetV2", "batch_size", Some(16)),
+        ("PrefetchDataset", "buffer_size", None),
+    ],
     seconds: 8.0,
 };
 
@@ -190,6 +227,10 @@ pub(crate) const INTERLEAVE: Expect = Expect {
         ("TFRecordDataset", "elems"),
     ],
     parallelism: &[("MapDataset", 1.0)],
+    arguments: &[
+        ("BatchDatasetV2", "batch_size", Some(8)),
+        ("PrefetchDataset", "buffer_size", Some(2)),
+    ],
     seconds: 15.0,
 };
 
@@ -216,6 +257,10 @@ pub(crate) const SEQUENTIAL_MAP: Expect = Expect {
         ("RangeDataset", "elems"),
     ],
     parallelism: &[("MapDataset", 1.0)],
+    arguments: &[
+        ("BatchDatasetV2", "batch_size", Some(32)),
+        ("PrefetchDataset", "buffer_size", Some(1)),
+    ],
     seconds: 8.0,
 };
 
@@ -243,6 +288,7 @@ pub(crate) const PADDED_BATCH: Expect = Expect {
         ("RangeDataset", "elems"),
     ],
     parallelism: &[],
+    arguments: &[("PaddedBatchDatasetV2", "batch_size", Some(8))],
     seconds: 8.0,
 };
 
@@ -271,6 +317,9 @@ pub(crate) const PY_FUNCTION: Expect = Expect {
     ],
     // num_parallel_calls=2 in the workload: the value TensorFlow uses.
     parallelism: &[("ParallelMapDatasetV2", 2.0)],
+    // Its Prefetch is under the repeat, a new iterator every epoch, which
+    // the first discovery may not see: its buffer size is not checked.
+    arguments: &[("BatchDatasetV2", "batch_size", Some(8))],
     seconds: 8.0,
 };
 
@@ -296,6 +345,7 @@ pub(crate) const DEMO: Expect = Expect {
         ("TFRecordDataset", "elems"),
     ],
     parallelism: &[("ParallelMapDatasetV2", 1.0)],
+    arguments: &[("BatchDatasetV2", "batch_size", Some(16))],
     seconds: 8.0,
 };
 
