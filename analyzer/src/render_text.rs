@@ -30,11 +30,19 @@ fn verdict(s: &mut String, r: &Report) {
         "cpu_clock" => "thread CPU time",
         _ => "wall time (no CPU time in the file)",
     };
+    let cores = if has_terms(r) {
+        format!(
+            "{} of {} cores free",
+            fmt::num(r.machine.cores),
+            fmt::count(r.machine.budget.cores)
+        )
+    } else {
+        format!("{} cores", fmt::count(r.machine.cores))
+    };
     let _ = writeln!(
         s,
-        "plumber-probe analysis: {} s window, {} cores ({}), rates from {cpu}",
+        "plumber-probe analysis: {} s window, {cores} ({}), rates from {cpu}",
         fmt::num(r.elapsed_s),
-        fmt::count(r.machine.cores),
         r.machine.cores_from
     );
     let _ = writeln!(
