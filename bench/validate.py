@@ -50,7 +50,8 @@ CASES = {
              ["--shape", "image", "--autotune"]),
     "cache": ("tunable.py", ["--shape", "cacheable", "--map-parallel", "1", "--prefetch", "2"],
               ["--shape", "cacheable", "--autotune"]),
-    "py_function": ("py_function.py", [], None),
+    # --pyiters 20000: the loop holds the GIL most of each element (as in the e2e GIL test).
+    "py_function": ("py_function.py", ["--pyiters", "20000"], None),
     "keras_fit": ("keras_fit.py", ["--shape", "image", "--map-parallel", "1", "--prefetch", "1"],
                   ["--shape", "image", "--autotune"]),
 }
@@ -157,8 +158,9 @@ def run_case(args, name, checks):
     b = report["machine"]["budget"]
     print(f"## {name} ({script} {' '.join(flags)})")
     print(f"recorded: observed {report['observed_rate']:.1f}/s, model {report['predicted_rate'] or 0:.1f}/s; "
-          f"{report['assumes']}; budget {b['cores']} cores − other {b['other_processes_cores']} "
-          f"− outside {b['outside_pipeline_cores']:.3f} = {b['pipeline_cores']:.2f}")
+          f"{report['assumes']}; budget {b['cores']:g} cores − other "
+          f"{b['other_processes_cores'] or 0:.2f} − outside {b['outside_pipeline_cores']:.2f} "
+          f"= {b['pipeline_cores']:.2f} for the ops")
     if report.get("limited_elsewhere"):
         e = report["limited_elsewhere"]
         print(f"not the pipeline ({e['by']}): {e['why']}")

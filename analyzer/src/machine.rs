@@ -73,7 +73,7 @@ impl Machine {
         let mut s = format!(
             "with {} of {} cores free as during the window",
             fmt::num(self.cores),
-            fmt::num(b.quota.map_or(b.machine, |q| q.min(b.machine)))
+            fmt::count(b.quota.map_or(b.machine, |q| q.min(b.machine)))
         );
         if let Some(o) = b.other_processes {
             s.push_str(&format!(" ({} to other processes)", fmt::num(o)));

@@ -168,6 +168,14 @@ fn verdict(s: &mut String, r: &Report) {
         fmt::rate(r.predicted_rate)
     );
     s.push_str("<h3>What to change</h3>\n");
+    if let Some(e) = &r.limited_elsewhere {
+        let _ = writeln!(
+            s,
+            "<p class=\"why\"><b>Not the pipeline ({})</b>: {}</p>",
+            esc(&e.by),
+            esc(&e.why)
+        );
+    }
     if r.recommendations.is_empty() {
         s.push_str("<p>Nothing the model can improve.</p>\n");
     } else {
@@ -183,7 +191,11 @@ fn verdict(s: &mut String, r: &Report) {
                 esc(&rec.why)
             );
         }
-        s.push_str("</ol>\n<p class=\"note\">Each predicted rate assumes that change and every one above it applied.</p>\n");
+        let _ = writeln!(
+            s,
+            "</ol>\n<p class=\"note\">Each predicted rate assumes that change and every one above it applied, {}.</p>",
+            esc(&r.assumes)
+        );
     }
     if !r.notes.is_empty() {
         s.push_str(

@@ -90,7 +90,7 @@ fn other_processes_and_the_consumer_come_off_the_budget() {
     assert!(close(b.overhead_s_per_element, 0.05));
     assert!(close(r.machine.cores, 1.8));
     assert!(close(b.pipeline_cores, 1.3));
-    assert!(r.assumes.contains("1.80 of 2"), "{}", r.assumes);
+    assert!(r.assumes.contains("1.80 of 2 cores"), "{}", r.assumes);
     assert!(r.assumes.contains("other processes"), "{}", r.assumes);
     // The map at one thread: 10 batches/s, as observed.
     assert!(close(r.predicted_rate.unwrap_or(0.0), 10.0));
