@@ -2,8 +2,8 @@
 """Does the advice hold when applied? What a user does with the report, per workload:
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
-        [--cases image,demo,cache,py_function,keras_fit] [--runs 3] [--seconds 6]
-        [--warmup 3] [--record 8] [--out DIR]
+        [--cases image,demo,cache,py_function,keras_fit] [--runs 3] [--base-runs 1]
+        [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
 plumber-probe (--record seconds after --warmup), reads report.json's
@@ -11,7 +11,8 @@ recommendations, and applies them one after the other as a user would: it
 restarts the workload with the recommended num_parallel_calls, prefetch buffer
 or .cache() at the recommended op (tests/workloads/tunable.py's flags), every
 earlier recommendation applied too (each predicted_rate assumes them). Each
-configuration gets --runs fresh runs; a run's throughput is root elements per
+change gets --runs fresh runs (the recorded configuration and AUTOTUNE
+--base-runs); a run's throughput is root elements per
 second from the workload's own GT lines over --seconds after --warmup. Beside
 them, the same pipeline with every knob set to tf.data.AUTOTUNE.
 
@@ -108,8 +109,8 @@ def run_once(args, script, flags):
     return gt_rates(p.stdout, args.warmup, args.seconds)
 
 
-def measure(args, script, flags):
-    rates = [r for r in (run_once(args, script, flags) for _ in range(args.runs)) if r]
+def measure(args, script, flags, runs=None):
+    rates = [r for r in (run_once(args, script, flags) for _ in range(runs or args.runs)) if r]
     if not rates:
         return None
     return statistics.median(rates), min(rates), max(rates)
@@ -164,11 +165,11 @@ def run_case(args, name, checks):
     if report.get("limited_elsewhere"):
         e = report["limited_elsewhere"]
         print(f"not the pipeline ({e['by']}): {e['why']}")
-    auto = measure(args, script, auto_flags) if auto_flags else None
+    auto = measure(args, script, auto_flags, args.base_runs) if auto_flags else None
     print(f"AUTOTUNE: {fmt_m(auto)}")
     print("| change | predicted | measured (median, spread) | error | gain |")
     print("|---|---|---|---|---|")
-    base = measure(args, script, flags)
+    base = measure(args, script, flags, args.base_runs)
     print(f"| as recorded | {report['predicted_rate'] or 0:.1f}/s | {fmt_m(base)} | "
           f"{err(report['predicted_rate'], base)} | |")
     recs = report["recommendations"]
@@ -211,7 +212,9 @@ def main():
     ap.add_argument("--probe", default=os.path.join(REPO, "target", "release", "plumber-probe"))
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
     ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3, help="fresh runs of each change (default 3)")
+    ap.add_argument("--base-runs", type=int, default=1,
+                    help="fresh runs of the recorded configuration and of AUTOTUNE (default 1)")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--record", type=float, default=8.0)
