@@ -70,14 +70,19 @@ impl Machine {
                 }
             );
         }
-        let mut s = format!(
-            "with {} of {} cores free as during the window",
-            fmt::num(self.cores),
-            fmt::count(b.quota.map_or(b.machine, |q| q.min(b.machine)))
-        );
-        if let Some(o) = b.other_processes {
-            s.push_str(&format!(" ({} to other processes)", fmt::num(o)));
-        }
+        let total = b.quota.map_or(b.machine, |q| q.min(b.machine));
+        let mut s = match b.other_processes {
+            Some(o) => format!(
+                "with {} of {} cores free as during the window ({} to other processes)",
+                fmt::num(self.cores),
+                fmt::count(total),
+                fmt::num(o)
+            ),
+            None => format!(
+                "with {} cores (what other processes took was not measured)",
+                fmt::count(total)
+            ),
+        };
         if b.overhead_s_per_root > 0.0 {
             s.push_str(&format!(
                 ", and {} CPU-ms per element outside the pipeline (the consumer) growing with the rate",

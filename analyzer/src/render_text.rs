@@ -30,7 +30,7 @@ fn verdict(s: &mut String, r: &Report) {
         "cpu_clock" => "thread CPU time",
         _ => "wall time (no CPU time in the file)",
     };
-    let cores = if has_terms(r) {
+    let cores = if r.machine.budget.other_processes_cores.is_some() {
         format!(
             "{} of {} cores free",
             fmt::num(r.machine.cores),
