@@ -235,6 +235,19 @@ mod tests {
     }
 
     #[test]
+    fn overhead_per_element_shares_the_budget() {
+        // One op at 10/s per core on 2 cores with the consumer at 0.05
+        // CPU-s an element: X (0.1 + 0.05) ≤ 2.
+        let s = solve_with_overhead(&[lin(10.0, 2.0)], 2.0, 0.05);
+        assert_eq!(s.binding, Binding::Budget);
+        assert!((s.rate - 2.0 / 0.15).abs() < 1e-9, "{}", s.rate);
+        assert!((s.cores[0] - s.rate / 10.0).abs() < 1e-9);
+        // A cap that fits beside the consumer still binds.
+        let s = solve_with_overhead(&[lin(10.0, 1.0)], 2.0, 0.05);
+        assert_eq!((s.binding, s.rate), (Binding::Cap(0), 10.0));
+    }
+
+    #[test]
     fn sequential_cap_binds() {
         // "If Batch had R1 = 40, its θ ≤ 1 cap would bind and X* = 40."
         let items = [
