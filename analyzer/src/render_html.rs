@@ -122,11 +122,22 @@ fn head(s: &mut String, r: &Report) {
     } else {
         format!(" · mode {}", esc(&r.measured.mode))
     };
+    let b = &r.machine.budget;
+    let cores = match b.other_processes_cores {
+        Some(o) => format!(
+            "{} of {} cores free ({} to other processes, {} outside the pipeline)",
+            fmt::num(r.machine.cores),
+            fmt::count(b.cores),
+            fmt::num(o),
+            fmt::num(b.outside_pipeline_cores)
+        ),
+        None => format!("{} cores", fmt::count(r.machine.cores)),
+    };
     let _ = writeln!(
         s,
-        "<header><h1>plumber-probe report</h1><p class=\"sub\">{} s window · {} cores ({}) · rates from {cpu}{mode} · rates are root elements per second (what the training loop receives)</p>",
+        "<header><h1>plumber-probe report</h1><p class=\"sub\">{} s window · {} ({}) · rates from {cpu}{mode} · rates are root elements per second (what the training loop receives)</p>",
         fmt::num(r.elapsed_s),
-        fmt::count(r.machine.cores),
+        esc(&cores),
         esc(&r.machine.cores_from),
     );
     s.push_str(
