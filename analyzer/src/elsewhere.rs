@@ -38,8 +38,10 @@ pub(crate) fn budget_report(m: &Model) -> BudgetReport {
 pub(crate) fn diagnose(m: &Model, base: &Evaluation, observed: f64) -> Option<Elsewhere> {
     let pred = base.rate;
     // Without the process's CPU figures (Plumber's own files) nothing can
-    // be named: the report keeps a note instead.
-    if !m.input.cpu.measured {
+    // be named: the report keeps a note instead. With `--cores` the model
+    // plans for cores the recording did not have: its rate is a what-if,
+    // not what the pipeline should have delivered.
+    if !m.machine.budget.measured {
         return None;
     }
     if !(pred.is_finite() && pred > 0.0 && observed > 0.0 && observed < SHORTFALL * pred) {

@@ -144,3 +144,21 @@ fn a_full_machine_is_named() {
     let e = r.limited_elsewhere.as_ref().expect("limited elsewhere");
     assert_eq!(e.by, "other_processes", "{}", e.why);
 }
+
+#[test]
+fn cores_given_are_a_what_if_without_terms_or_diagnosis() {
+    // The same consumer-bound recording, analysed for 2 cores given: the
+    // model plans with them all, and an observed rate taken under other
+    // conditions is not held against it.
+    let ov = MachineOverrides {
+        cores: Some(2.0),
+        ..Default::default()
+    };
+    let s = recorded(pipeline(2.0).snapshot(), 8.0, 5.0, 0.0);
+    let r = analyze(&s, &ov).expect("analyze").into_report();
+    assert_eq!(r.machine.cores, 2.0);
+    assert_eq!(r.machine.budget.other_processes_cores, None);
+    assert_eq!(r.machine.budget.overhead_s_per_element, 0.0);
+    assert!(r.limited_elsewhere.is_none());
+    assert!(r.assumes.contains("given"), "{}", r.assumes);
+}
