@@ -119,26 +119,21 @@ def measure(args, script, flags, runs=None):
 
 
 def record(args, name, script, flags):
-    """Records the workload; (report, root rate over the window from its GT lines)."""
+    """Records the workload; its report.json (None if the recording failed)."""
     out = os.path.join(args.out, name)
     wl = common.Workload(args.python, script[:-3], args.warmup + args.record + 30, args.out,
                          flags + ["--gt-interval", "0.1"], tag=name)
     try:
         if not wl.ready.wait(120):
-            return None, None
+            return None
         time.sleep(args.warmup)
-        subprocess.run([args.probe, "--pid", str(wl.pid), "--duration", str(args.record),
-                        "--output", out, "-q"], check=True, capture_output=True, timeout=300)
+        p = subprocess.run([args.probe, "--pid", str(wl.pid), "--duration", str(args.record),
+                            "--output", out, "-q"], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            print(f"{name}: plumber-probe failed: {p.stderr.strip()[-500:]}")
+            return None
         with open(os.path.join(out, "report.json")) as f:
-            report = json.load(f)
-        w = report.get("window", {})
-        gt = None
-        if w.get("start_ns") and w.get("end_ns"):
-            try:
-                gt = wl.rate(w["start_ns"], w["end_ns"])
-            except ValueError:
-                pass
-        return report, gt
+            return json.load(f)
     finally:
         wl.stop()
 
@@ -152,11 +147,10 @@ def fmt_m(m):
 
 def run_case(args, name, checks):
     script, flags, auto_flags = CASES[name]
-    report, before = record(args, name, script, flags)
+    report = record(args, name, script, flags)
     if report is None:
         print(f"## {name}: no recording")
         return
-    # The GT rate counts elements, report rates count root elements (batches).
     ops = {n["name"]: n["op"] for n in report["nodes"]}
     b = report["machine"]["budget"]
     print(f"## {name} ({script} {' '.join(flags)})")
