@@ -7,6 +7,7 @@ use plumber_collector::report::MeasuredNode;
 
 use crate::amdahl;
 use crate::cache::{self, CacheAnalysis};
+use crate::elsewhere;
 use crate::error::AnalyzeError;
 use crate::fmt;
 use crate::input::PipelineInput;
@@ -61,7 +62,8 @@ pub fn analyze_input(
     let base = model.evaluate(&Scenario::default());
     let cache = cache::analyze(&model);
     let prefetch = prefetch::analyze(&model, base.rate);
-    let outcome = recommend::recommend(&model, &base, &cache, &prefetch);
+    let observed = observed_rate(&model);
+    let outcome = recommend::recommend(&model, &base, &cache, &prefetch, observed);
     let report = build_report(&model, measured, &base, &cache, &prefetch, outcome);
     tracing::debug!(
         nodes = report.nodes.len(),
@@ -202,7 +204,14 @@ fn build_report(
     let utilisation = utilisation(m);
     let nodes = node_reports(m, slot, orphans, cache, &lp_cores);
     let observed_rate = observed_rate(m);
-    let notes = report_notes(m, outcome.notes, base, observed_rate);
+    let mut notes = report_notes(m, outcome.notes);
+    if outcome.elsewhere.is_none() && observed_rate < 0.5 * base.rate && observed_rate > 0.0 {
+        notes.push(format!(
+            "the pipeline delivered {} while the model allows {}: the consumer (the training step) may be what sets the pace",
+            fmt::rate(Some(observed_rate)),
+            fmt::rate(opt(base.rate))
+        ));
+    }
     let name_of = |i: usize| m.nodes[i].name.clone();
     Report {
         measured: summary,
@@ -215,9 +224,12 @@ fn build_report(
             memory_from: m.machine.memory_from.into(),
             disk_bandwidth: m.machine.disk_bandwidth,
             disk_bandwidth_from: m.machine.disk_bandwidth_from.into(),
+            budget: elsewhere::budget_report(m),
         },
         observed_rate: fin(observed_rate),
         predicted_rate: opt(base.rate),
+        assumes: m.machine.assumption(),
+        limited_elsewhere: outcome.elsewhere.clone(),
         bottleneck: bottleneck(m, base),
         utilisation,
         lp,
@@ -457,12 +469,7 @@ fn observed_rate(m: &Model) -> f64 {
         })
 }
 
-fn report_notes(
-    m: &Model,
-    outcome_notes: Vec<String>,
-    base: &Evaluation,
-    observed_rate: f64,
-) -> Vec<String> {
+fn report_notes(m: &Model, outcome_notes: Vec<String>) -> Vec<String> {
     let mut notes = m.notes.clone();
     notes.extend(outcome_notes);
     if m.nodes.iter().any(|n| n.sigma > 0.0) {
@@ -470,15 +477,6 @@ fn report_notes(
             "ops that wait on a lock or the GIL scale as S(p) = p/(1+σ(p−1)), σ = W/(C·(p₀−1)) from wait W and busy time C at p₀ threads (Karp–Flatt), not linearly"
                 .into(),
         );
-    }
-    if let (Some(pred), true) = (opt(base.rate), observed_rate > 0.0) {
-        if observed_rate < 0.5 * pred {
-            notes.push(format!(
-                "the pipeline delivered {} while the model allows {}: the consumer (the training step) may be what sets the pace",
-                fmt::rate(Some(observed_rate)),
-                fmt::rate(Some(pred))
-            ));
-        }
     }
     notes
 }

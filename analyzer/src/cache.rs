@@ -7,7 +7,11 @@
 //!   (`Σ file_sizes / (files_seen / num_files)`), records =
 //!   `num_files × records per file opened`; num_files is the cardinality of
 //!   the file list feeding the enclosing interleave;
-//! * an op with infinite cardinality (-1): infinite, no cache above it;
+//!   when the list's cardinality is unknown, a reader that reopened a file
+//!   in the window has wrapped around its list: the files read are all of
+//!   them (the probe's I/O tracking knows each one and its size);
+//! * an op with infinite cardinality (-1), or a repeat whose count is not
+//!   known: infinite, no cache above it;
 //! * an op with a known cardinality: records = cardinality;
 //! * otherwise records = input records × outputs per input, and bytes =
 //!   records × average output bytes (or the input's bytes scaled, when the op
@@ -144,7 +148,10 @@ fn estimate_sizes(model: &Model, out: &mut CacheAnalysis, size_seen: f64, files_
             None
         };
         if node.disk {
-            let num_files = file_count(model, u);
+            let num_files = file_count(model, u).or_else(|| {
+                // The list wrapped around: every file was read in the window.
+                (files_seen > 0.0 && st.files_opened as f64 > files_seen).then_some(files_seen)
+            });
             if let (Some(nf), true) = (num_files, files_seen > 0.0) {
                 let seen_ratio = files_seen / nf;
                 out.bytes[u] = finite_pos(size_seen / seen_ratio);
@@ -154,7 +161,7 @@ fn estimate_sizes(model: &Model, out: &mut CacheAnalysis, size_seen: f64, files_
             }
             continue;
         }
-        if st.cardinality == -1 {
+        if st.cardinality == -1 || (ops::is_repeat(&node.op) && st.cardinality <= 0) {
             continue; // infinite: nothing above it can be cached
         }
         if st.cardinality > 0 {
@@ -222,7 +229,7 @@ fn pick_candidate(model: &Model, out: &mut CacheAnalysis, below: &Below, budget:
     }
     if out.candidate.is_none() {
         out.reason = Some(if !any_size {
-            "no op's materialised size could be estimated (needs files read to the end and the file count)".into()
+            "no op's materialised size could be estimated (needs the file list's length, or a recording long enough for the reader to go through every file)".into()
         } else if !out.blocked.is_empty() {
             "every op that fits is above a random op".into()
         } else {
@@ -232,10 +239,16 @@ fn pick_candidate(model: &Model, out: &mut CacheAnalysis, below: &Below, budget:
 }
 
 /// Number of files a reader goes through per pass: the cardinality of the
-/// file list feeding the interleave whose function builds the reader.
+/// file list feeding the interleave (or flat_map) whose function builds the
+/// reader.
 fn file_count(model: &Model, u: usize) -> Option<f64> {
     let g = model.graph();
-    let owner = model.nodes[u].interleave_owner?;
+    let owner = model.nodes[u].interleave_owner.or_else(|| {
+        g.order
+            .iter()
+            .copied()
+            .find(|&o| g.nodes[o].fn_roots.contains(&u))
+    })?;
     let mut cur = g.nodes[owner].inputs.first().copied();
     let mut steps = 0;
     while let Some(c) = cur {

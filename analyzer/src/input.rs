@@ -64,6 +64,27 @@ pub struct MachineFigures {
     pub threadpool_size: u64,
 }
 
+/// Where the process's and the machine's CPU went over the window, as a
+/// plumber-probe recording measured it (Plumber's own files have none: all
+/// zero), ns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuContext {
+    /// The file has these figures (a plumber-probe recording with thread
+    /// data); false: every figure below is 0 as unknown.
+    pub measured: bool,
+    /// The target's CPU spent outside the pipeline: the training step,
+    /// Python, the consumer of the pipeline.
+    pub non_pipeline_ns: u64,
+    /// Pipeline threads' CPU that no op claims.
+    pub unattributed_ns: u64,
+    /// The consumer's threads' wait for the GIL.
+    pub non_pipeline_gil_wait_ns: u64,
+    /// Busy CPU of the whole machine (0: not measured).
+    pub machine_busy_ns: u64,
+    /// The target's cgroup CPU quota, cores (0: none).
+    pub quota_cores: f64,
+}
+
 /// Everything the model reads, built from a snapshot; editable before
 /// analysis (e.g. to supply lock/GIL wait per op).
 #[derive(Debug, Clone)]
@@ -77,6 +98,8 @@ pub struct PipelineInput {
     pub file_sizes: Vec<(String, u64)>,
     /// Process CPU time over the window, ns (0 = unknown).
     pub process_cpu_ns: u64,
+    /// The CPU outside the pipeline (the core budget's terms).
+    pub cpu: CpuContext,
     pub(crate) graph: PipelineGraph,
     pub(crate) measured: MeasuredReport,
     pub(crate) notes: Vec<String>,
@@ -180,12 +203,31 @@ impl PipelineInput {
             info.process_current_time
                 .saturating_sub(info.process_start_time),
         );
+        let cpu = s
+            .probe_cpu
+            .as_ref()
+            .map_or_else(CpuContext::default, |c| CpuContext {
+                measured: true,
+                non_pipeline_ns: nonneg(c.non_pipeline_ns),
+                unattributed_ns: nonneg(c.unattributed_ns),
+                non_pipeline_gil_wait_ns: c
+                    .non_pipeline_waits
+                    .as_ref()
+                    .map_or(0, |w| nonneg(w.gil_wait_ns)),
+                machine_busy_ns: nonneg(c.machine_busy_ns),
+                quota_cores: if c.cpu_quota_cores.is_finite() && c.cpu_quota_cores > 0.0 {
+                    c.cpu_quota_cores
+                } else {
+                    0.0
+                },
+            });
         Ok(PipelineInput {
             ops,
             machine,
             elapsed_ns: nonneg(elapsed),
             file_sizes,
             process_cpu_ns,
+            cpu,
             graph,
             measured,
             notes,

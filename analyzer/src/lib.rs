@@ -26,6 +26,7 @@
 mod amdahl;
 mod analysis;
 mod cache;
+mod elsewhere;
 mod error;
 mod escape;
 pub mod flamegraph;
@@ -52,7 +53,7 @@ pub mod synth;
 
 pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
-pub use input::{MachineFigures, OpInput, PipelineInput};
+pub use input::{CpuContext, MachineFigures, OpInput, PipelineInput};
 pub use load::{load_file, load_snapshot};
 pub use output::{render_all, render_json, Rendered};
 pub use render_dot::render_dot;
@@ -71,5 +72,5 @@ pub mod solver {
     pub use crate::amdahl::{
         need, rate, serial_share, speedup, useful_parallelism, MIN_MARGINAL_SPEEDUP,
     };
-    pub use crate::lp::{round_up, solve, Binding, LpItem, LpSolution};
+    pub use crate::lp::{round_up, solve, solve_with_overhead, Binding, LpItem, LpSolution};
 }

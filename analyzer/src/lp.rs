@@ -114,6 +114,18 @@ impl LpItem {
 
 /// Solves the LP for a core budget `budget`.
 pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
+    solve_with_overhead(items, budget, 0.0)
+}
+
+/// Solves the LP for a core budget `budget` of which `overhead` CPU-seconds
+/// per root element go to work outside the items (the consumer of the
+/// pipeline): Σ X/c_i + X·overhead ≤ B.
+pub fn solve_with_overhead(items: &[LpItem], budget: f64, overhead: f64) -> LpSolution {
+    let overhead = if overhead.is_finite() && overhead > 0.0 {
+        overhead
+    } else {
+        0.0
+    };
     let items: Vec<LpItem> = items.iter().map(LpItem::sane).collect();
     if items.is_empty() {
         return LpSolution {
@@ -137,7 +149,7 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
             arg = i;
         }
     }
-    let cores_needed = |x: f64| items.iter().map(|it| it.cores_at(x)).sum::<f64>();
+    let cores_needed = |x: f64| items.iter().map(|it| it.cores_at(x)).sum::<f64>() + x * overhead;
     let (rate, binding) = if !positive(x_cap) {
         (0.0, Binding::Cap(arg))
     } else if cores_needed(x_cap) <= budget * (1.0 + 1e-12) {
@@ -145,7 +157,7 @@ pub fn solve(items: &[LpItem], budget: f64) -> LpSolution {
     } else {
         // Closed form: X = B / Σ 1/c_i. It lies below x_cap because the
         // caps did not fit the budget.
-        let inv: f64 = items.iter().map(|it| 1.0 / it.cpu_rate).sum();
+        let inv: f64 = items.iter().map(|it| 1.0 / it.cpu_rate).sum::<f64>() + overhead;
         ((budget / inv).min(x_cap), Binding::Budget)
     };
     let theta = items
@@ -220,6 +232,19 @@ mod tests {
         assert!((s.rate - 8.0 / 0.1755).abs() < 1e-9, "{}", s.rate);
         assert!((s.theta[2] - 7.293).abs() < 1e-3);
         assert_eq!(round_up(s.theta[2]), 8);
+    }
+
+    #[test]
+    fn overhead_per_element_shares_the_budget() {
+        // One op at 10/s per core on 2 cores with the consumer at 0.05
+        // CPU-s an element: X (0.1 + 0.05) ≤ 2.
+        let s = solve_with_overhead(&[lin(10.0, 2.0)], 2.0, 0.05);
+        assert_eq!(s.binding, Binding::Budget);
+        assert!((s.rate - 2.0 / 0.15).abs() < 1e-9, "{}", s.rate);
+        assert!((s.cores[0] - s.rate / 10.0).abs() < 1e-9);
+        // A cap that fits beside the consumer still binds.
+        let s = solve_with_overhead(&[lin(10.0, 1.0)], 2.0, 0.05);
+        assert_eq!((s.binding, s.rate), (Binding::Cap(0), 10.0));
     }
 
     #[test]

@@ -1,8 +1,18 @@
 //! The machine the model plans for: cores, memory and disk bandwidth from
 //! the stats file, unless the user overrides them, each with where it came
 //! from (the report shows it).
+//!
+//! The core budget is what the pipeline could get during the window, not
+//! the machine's core count: the cores (or the cgroup quota, if tighter),
+//! less what other processes took (the machine's busy CPU less the
+//! target's), less what the target spent outside the pipeline (the training
+//! step, Python, TensorFlow's own pools). The last grows with the rate (the
+//! consumer works per element it takes), so the model charges it per root
+//! element rather than as a fixed share: a faster pipeline leaves the
+//! consumer fewer spare cycles, and the prediction says so.
 
 use crate::error::AnalyzeError;
+use crate::fmt;
 use crate::guard::finite_pos;
 use crate::input::PipelineInput;
 
@@ -17,11 +27,79 @@ pub struct MachineOverrides {
     pub disk_bandwidth: Option<f64>,
 }
 
+/// The terms of the core budget over the window, cores (CPU-s per second).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct CoreBudget {
+    /// The terms below were measured (a recording's CPU figures); false:
+    /// the cores are the budget as the file or `--cores` states them.
+    pub measured: bool,
+    /// The machine's cores (the file's count or `--cores`).
+    pub machine: f64,
+    /// The target's cgroup quota, when set.
+    pub quota: Option<f64>,
+    /// What other processes (the probe included) took; None: not measured.
+    pub other_processes: Option<f64>,
+    /// The target's CPU outside the pipeline (the consumer).
+    pub outside_pipeline: f64,
+    /// Pipeline threads' CPU that no op claims.
+    pub unattributed: f64,
+    /// `outside_pipeline + unattributed` per root element, CPU-s: charged
+    /// to the LP beside the ops.
+    pub overhead_s_per_root: f64,
+}
+
+impl CoreBudget {
+    /// Cores the pipeline's ops had to themselves, as during the window.
+    pub fn pipeline(&self, lp_cores: f64) -> f64 {
+        (lp_cores - self.outside_pipeline - self.unattributed).max(0.0)
+    }
+}
+
+impl Machine {
+    /// What every prediction assumes about the cores, in one line.
+    pub fn assumption(&self) -> String {
+        let b = &self.budget;
+        if !b.measured {
+            return format!(
+                "with the {} cores {} all free to the pipeline",
+                fmt::count(self.cores),
+                if self.cores_from == "override" {
+                    "given"
+                } else {
+                    "stated"
+                }
+            );
+        }
+        let total = b.quota.map_or(b.machine, |q| q.min(b.machine));
+        let mut s = match b.other_processes {
+            Some(o) => format!(
+                "with {} of {} cores free as during the window ({} to other processes)",
+                fmt::num(self.cores),
+                fmt::count(total),
+                fmt::num(o)
+            ),
+            None => format!(
+                "with {} cores (what other processes took was not measured)",
+                fmt::count(total)
+            ),
+        };
+        if b.overhead_s_per_root > 0.0 {
+            s.push_str(&format!(
+                ", and {} CPU-ms per element outside the pipeline (the consumer) growing with the rate",
+                fmt::num(b.overhead_s_per_root * 1e3)
+            ));
+        }
+        s
+    }
+}
+
 /// The machine's figures after the user's overrides.
 #[derive(Debug, Clone)]
 pub(crate) struct Machine {
+    /// The LP's budget: the cores (or quota) less other processes.
     pub cores: f64,
     pub cores_from: &'static str,
+    pub budget: CoreBudget,
     pub memory: Option<f64>,
     pub memory_from: &'static str,
     pub disk_bandwidth: Option<f64>,
@@ -80,12 +158,58 @@ pub(crate) fn resolve_machine(
             None => (None, "unknown"),
         },
     };
+    let budget = core_budget(input, cores, cores_from == "override");
+    let lp_cores = budget
+        .quota
+        .map_or(budget.machine, |q| q.min(budget.machine));
+    // Never below a tenth of the cores: a busy minute elsewhere must not
+    // make the model plan for nothing.
+    let lp_cores = (lp_cores - budget.other_processes.unwrap_or(0.0)).max(0.1 * lp_cores);
     Ok(Machine {
-        cores,
+        cores: lp_cores,
         cores_from,
+        budget,
         memory,
         memory_from,
         disk_bandwidth,
         disk_bandwidth_from,
     })
+}
+
+/// The core budget's terms from the recording's CPU figures; with
+/// `--cores` the user states the pipeline's cores, and nothing is taken off.
+fn core_budget(input: &PipelineInput, cores: f64, overridden: bool) -> CoreBudget {
+    let mut b = CoreBudget {
+        machine: cores,
+        ..Default::default()
+    };
+    if overridden {
+        return b;
+    }
+    let t = input.elapsed_ns as f64 / 1e9;
+    let c = &input.cpu;
+    if t.is_nan() || t <= 0.0 || !c.measured {
+        return b;
+    }
+    b.measured = true;
+    b.quota = (c.quota_cores > 0.0 && c.quota_cores < cores).then_some(c.quota_cores);
+    if c.machine_busy_ns > 0 && input.process_cpu_ns > 0 {
+        let other = c.machine_busy_ns.saturating_sub(input.process_cpu_ns) as f64 / 1e9 / t;
+        b.other_processes = finite_pos(other).or(Some(0.0));
+    }
+    b.outside_pipeline = c.non_pipeline_ns as f64 / 1e9 / t;
+    b.unattributed = c.unattributed_ns as f64 / 1e9 / t;
+    let root = input
+        .graph
+        .nodes
+        .get(input.graph.top)
+        .map(|n| n.name.as_str());
+    let roots = root
+        .and_then(|r| input.ops.get(r))
+        .map_or(0, |o| o.elements);
+    if roots > 0 {
+        let outside = c.non_pipeline_ns.saturating_add(c.unattributed_ns) as f64 / 1e9;
+        b.overhead_s_per_root = outside / roots as f64;
+    }
+    b
 }

@@ -660,7 +660,14 @@ impl Model {
         let p_eff = self.p_eff_in(sc);
         let active = self.active(&self.removed_in(sc));
         let items = self.lp_items(sc, &active, |u| self.lp_cap(u, sc, &p_eff));
-        (lp::solve(&items, self.machine.cores), active)
+        (
+            lp::solve_with_overhead(
+                &items,
+                self.machine.cores,
+                self.machine.budget.overhead_s_per_root,
+            ),
+            active,
+        )
     }
 
     /// Integer parallelism per knob from an LP allocation: each op controlled
@@ -723,7 +730,11 @@ impl Model {
         let removed = self.removed_in(sc);
         let active = self.active(&removed);
         let items = self.lp_items(sc, &active, |u| p_eff[u]);
-        let sol = lp::solve(&items, self.machine.cores);
+        let sol = lp::solve_with_overhead(
+            &items,
+            self.machine.cores,
+            self.machine.budget.overhead_s_per_root,
+        );
         let mut rate = sol.rate;
         let mut limiter = match sol.binding {
             Binding::Cap(i) => Limiter::Op(active[i]),

@@ -74,6 +74,11 @@ pub(crate) fn is_cache(op: &str) -> bool {
     matches!(op, "CacheDataset" | "CacheDatasetV2")
 }
 
+/// A repeat: without a known cardinality, `.repeat()` (forever).
+pub(crate) fn is_repeat(op: &str) -> bool {
+    op == "RepeatDataset"
+}
+
 pub(crate) fn is_tensor_slice(op: &str) -> bool {
     op == "TensorSliceDataset"
 }

@@ -15,12 +15,13 @@
 
 use crate::amdahl;
 use crate::cache::CacheAnalysis;
+use crate::elsewhere;
 use crate::fmt;
 use crate::guard::positive;
 use crate::model::{Evaluation, Limit, Limiter, Model, Scenario};
 use crate::ops;
 use crate::prefetch::PrefetchAnalysis;
-use crate::report::Recommendation;
+use crate::report::{Elsewhere, Recommendation};
 
 const MAX_STEPS: usize = 24;
 const MAX_STREAMS: f64 = 1024.0;
@@ -105,18 +106,31 @@ fn ceil_u32(x: f64, max: f64) -> u32 {
 pub(crate) struct Outcome {
     pub recommendations: Vec<Recommendation>,
     pub notes: Vec<String>,
+    /// What holds the pipeline back when its ops do not.
+    pub elsewhere: Option<Elsewhere>,
 }
 
+/// `observed`: the root rate over the window. When it is well below what
+/// the ops allow, something else sets the pace: no op is changed (more
+/// threads or a cache would not raise the rate), only a prefetch, which
+/// lets the pipeline work while the consumer does, is still offered.
 pub(crate) fn recommend(
     m: &Model,
     base: &Evaluation,
     cache: &CacheAnalysis,
     prefetch: &PrefetchAnalysis,
+    observed: f64,
 ) -> Outcome {
-    let (recommendations, sc, ev) = lift_limiters(m, base);
+    let elsewhere = elsewhere::diagnose(m, base, observed);
+    let (recommendations, sc, ev) = if elsewhere.is_some() {
+        (Vec::new(), Scenario::default(), base.clone())
+    } else {
+        lift_limiters(m, base)
+    };
     let mut out = Outcome {
         recommendations,
         notes: Vec::new(),
+        elsewhere,
     };
     // Where the changes stop, and why.
     let last_rate = out
@@ -139,7 +153,9 @@ pub(crate) fn recommend(
         _ => {}
     }
     recommend_prefetch(m, prefetch, last_rate, &mut out);
-    recommend_cache(m, cache, &sc, &ev, &mut out);
+    if out.elsewhere.is_none() {
+        recommend_cache(m, cache, &sc, &ev, &mut out);
+    }
     out
 }
 
@@ -174,6 +190,7 @@ fn lift_limiters(m: &Model, base: &Evaluation) -> (Vec<Recommendation>, Scenario
                     unit: s.unit.into(),
                     predicted_rate: rate_opt(ev2.rate),
                     why: s.why,
+                    assumes: m.machine.assumption(),
                 });
             }
         } else if pending.len() >= MAX_PENDING {
@@ -211,6 +228,7 @@ fn recommend_prefetch(
         value: f64::from(prefetch.add),
         unit: "elements".into(),
         predicted_rate: last_rate,
+        assumes: m.machine.assumption(),
         why: format!(
             "Little's law: {} × {} s of work per root element = {} elements must be in flight, {} are now; {how}",
             fmt::rate(Some(prefetch.rate)),
@@ -235,12 +253,14 @@ fn recommend_cache(
     with.cached.insert(c);
     let ev_c = m.evaluate(&with);
     let before = ev.rate;
-    if ev_c.rate > before * 1.01 {
+    // A gain within a window's noise is not worth a change nobody could
+    // confirm.
+    if ev_c.rate > before * 1.05 {
         let rec = cache_recommendation(m, cache, c, &with, ev_c.rate);
         out.recommendations.push(rec);
     } else {
         out.notes.push(format!(
-            "a cache after {} would fit but not raise the rate: what bounds the pipeline is above it",
+            "a cache after {} would fit but raise the rate by less than 5%: what bounds the pipeline is above it",
             m.nodes[c].name
         ));
     }
@@ -272,6 +292,7 @@ fn cache_recommendation(
         value: size,
         unit: "bytes".into(),
         predicted_rate: rate_opt(rate),
+        assumes: m.machine.assumption(),
         why: format!(
             "add .cache() right after {}: one pass of its output is about {}{}, within the {} budget (90% of memory) and nothing below it is random{blocked}; from the second epoch on its {} op(s) no longer run",
             m.nodes[c].name,

@@ -122,11 +122,22 @@ fn head(s: &mut String, r: &Report) {
     } else {
         format!(" · mode {}", esc(&r.measured.mode))
     };
+    let b = &r.machine.budget;
+    let cores = match b.other_processes_cores {
+        Some(o) => format!(
+            "{} of {} cores free ({} to other processes, {} outside the pipeline)",
+            fmt::num(r.machine.cores),
+            fmt::count(b.cores),
+            fmt::num(o),
+            fmt::num(b.outside_pipeline_cores)
+        ),
+        None => format!("{} cores", fmt::count(r.machine.cores)),
+    };
     let _ = writeln!(
         s,
-        "<header><h1>plumber-probe report</h1><p class=\"sub\">{} s window · {} cores ({}) · rates from {cpu}{mode} · rates are root elements per second (what the training loop receives)</p>",
+        "<header><h1>plumber-probe report</h1><p class=\"sub\">{} s window · {} ({}) · rates from {cpu}{mode} · rates are root elements per second (what the training loop receives)</p>",
         fmt::num(r.elapsed_s),
-        fmt::count(r.machine.cores),
+        esc(&cores),
         esc(&r.machine.cores_from),
     );
     s.push_str(
@@ -168,6 +179,14 @@ fn verdict(s: &mut String, r: &Report) {
         fmt::rate(r.predicted_rate)
     );
     s.push_str("<h3>What to change</h3>\n");
+    if let Some(e) = &r.limited_elsewhere {
+        let _ = writeln!(
+            s,
+            "<p class=\"why\"><b>Not the pipeline ({})</b>: {}</p>",
+            esc(&e.by),
+            esc(&e.why)
+        );
+    }
     if r.recommendations.is_empty() {
         s.push_str("<p>Nothing the model can improve.</p>\n");
     } else {
@@ -183,7 +202,11 @@ fn verdict(s: &mut String, r: &Report) {
                 esc(&rec.why)
             );
         }
-        s.push_str("</ol>\n<p class=\"note\">Each predicted rate assumes that change and every one above it applied.</p>\n");
+        let _ = writeln!(
+            s,
+            "</ol>\n<p class=\"note\">Each predicted rate assumes that change and every one above it applied, {}.</p>",
+            esc(&r.assumes)
+        );
     }
     if !r.notes.is_empty() {
         s.push_str(

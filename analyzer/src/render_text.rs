@@ -30,17 +30,26 @@ fn verdict(s: &mut String, r: &Report) {
         "cpu_clock" => "thread CPU time",
         _ => "wall time (no CPU time in the file)",
     };
+    let cores = if r.machine.budget.other_processes_cores.is_some() {
+        format!(
+            "{} of {} cores free",
+            fmt::num(r.machine.cores),
+            fmt::count(r.machine.budget.cores)
+        )
+    } else {
+        format!("{} cores", fmt::count(r.machine.cores))
+    };
     let _ = writeln!(
         s,
-        "plumber-probe analysis: {} s window, {} cores ({}), rates from {cpu}",
+        "plumber-probe analysis: {} s window, {cores} ({}), rates from {cpu}",
         fmt::num(r.elapsed_s),
-        fmt::count(r.machine.cores),
         r.machine.cores_from
     );
     let _ = writeln!(
         s,
         "Rates are root elements per second (what the training loop receives)."
     );
+    budget_line(s, r);
     let _ = writeln!(s);
 
     match &r.bottleneck {
@@ -67,11 +76,55 @@ fn verdict(s: &mut String, r: &Report) {
     let _ = writeln!(s);
 }
 
+/// A file without the process's CPU figures (Plumber's own) has no budget
+/// terms to show: its cores are the budget.
+fn has_terms(r: &Report) -> bool {
+    let b = &r.machine.budget;
+    b.other_processes_cores.is_some() || b.quota_cores.is_some() || b.outside_pipeline_cores > 0.0
+}
+
+/// The core budget's terms: what the pipeline could get during the window.
+fn budget_line(s: &mut String, r: &Report) {
+    let b = &r.machine.budget;
+    if !has_terms(r) {
+        return;
+    }
+    let mut parts = vec![format!("{} cores", fmt::count(b.cores))];
+    if let Some(q) = b.quota_cores {
+        parts.push(format!("quota {}", fmt::num(q)));
+    }
+    match b.other_processes_cores {
+        Some(o) => parts.push(format!("− {} other processes", fmt::num(o))),
+        None => parts.push("other processes not measured".into()),
+    }
+    parts.push(format!(
+        "− {} outside the pipeline",
+        fmt::num(b.outside_pipeline_cores)
+    ));
+    if b.unattributed_cores >= 0.005 {
+        parts.push(format!(
+            "− {} pipeline threads without an op",
+            fmt::num(b.unattributed_cores)
+        ));
+    }
+    let _ = writeln!(
+        s,
+        "CORES       {} = {} for the pipeline's ops",
+        parts.join(" "),
+        fmt::num(b.pipeline_cores)
+    );
+}
+
 /// The recommendations, numbered, each with its predicted rate and why.
 fn what_to_change(s: &mut String, r: &Report) {
     let _ = writeln!(s, "WHAT TO CHANGE");
+    if let Some(e) = &r.limited_elsewhere {
+        let _ = writeln!(s, "  not the pipeline ({}): {}", e.by, e.why);
+    }
     if r.recommendations.is_empty() {
         let _ = writeln!(s, "  nothing the model can improve");
+    } else if has_terms(r) {
+        let _ = writeln!(s, "  predictions {}", r.assumes);
     }
     for (i, rec) in r.recommendations.iter().enumerate() {
         let _ = writeln!(

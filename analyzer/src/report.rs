@@ -23,6 +23,12 @@ pub struct Report {
     /// Root elements per second the model predicts for the pipeline as it
     /// is (null: nothing bounds it).
     pub predicted_rate: Option<f64>,
+    /// The assumption every prediction rests on, in one line (the cores
+    /// free as during the window).
+    pub assumes: String,
+    /// Set when the pipeline delivered well below what the model says it
+    /// can: what else holds it back (more parallelism would not help).
+    pub limited_elsewhere: Option<Elsewhere>,
     pub bottleneck: Option<Bottleneck>,
     pub utilisation: Utilisation,
     pub lp: LpReport,
@@ -49,6 +55,36 @@ pub struct MachineReport {
     /// Storage bandwidth, bytes/s (null: unknown).
     pub disk_bandwidth: Option<f64>,
     pub disk_bandwidth_from: String,
+    pub budget: BudgetReport,
+}
+
+/// The core budget's terms over the window, cores.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct BudgetReport {
+    /// The machine's cores (the file's count, or `--cores`).
+    pub cores: f64,
+    /// The target's cgroup CPU quota (null: none set or not known).
+    pub quota_cores: Option<f64>,
+    /// CPU other processes took (the probe's included); null: not measured.
+    pub other_processes_cores: Option<f64>,
+    /// The target's CPU outside the pipeline (training step, Python,
+    /// TensorFlow's own pools).
+    pub outside_pipeline_cores: f64,
+    /// Pipeline threads' CPU that no op claims.
+    pub unattributed_cores: f64,
+    /// What the pipeline's ops had: min(cores, quota) − the three above.
+    pub pipeline_cores: f64,
+    /// outside_pipeline + unattributed CPU-seconds per root element,
+    /// charged beside the ops as the rate grows.
+    pub overhead_s_per_element: f64,
+}
+
+/// What holds the pipeline back when it is not its own ops.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct Elsewhere {
+    /// "consumer", "other_processes" or "gil".
+    pub by: String,
+    pub why: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -149,6 +185,8 @@ pub struct Recommendation {
     /// unbounded).
     pub predicted_rate: Option<f64>,
     pub why: String,
+    /// What the prediction assumes, in one line.
+    pub assumes: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

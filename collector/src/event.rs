@@ -96,6 +96,11 @@ pub struct Poll {
     pub wall_ns: u64,
     /// CPU time (user + system) of the whole target process, ns.
     pub process_cpu_ns: u64,
+    /// Busy CPU time of the whole machine since boot (every state but idle
+    /// and iowait, steal included), ns: over the window, less the target's,
+    /// it is what other processes took from the cores. None: not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_busy_ns: Option<u64>,
     /// Nodes in walk order, root first.
     pub nodes: Vec<NodeObservation>,
 }
@@ -124,6 +129,10 @@ pub struct TargetInfo {
     /// `model` or `uprobes`.
     pub mode: String,
     pub num_cores: i64,
+    /// The target's cgroup CPU quota in cores (cpu.max, the tightest on its
+    /// path), when one is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_quota_cores: Option<f64>,
     pub memory_total: i64,
     pub memory_free: i64,
     /// Measurements this source does not make (the shim's limits): their

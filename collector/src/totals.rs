@@ -18,6 +18,8 @@ pub struct Stamp {
     pub mono_ns: u64,
     pub wall_ns: u64,
     pub process_cpu_ns: u64,
+    /// The machine's busy CPU time since boot, ns (None: not read).
+    pub machine_busy_ns: Option<u64>,
 }
 
 /// Totals of one op (all instances sharing one path) over the window.

@@ -168,6 +168,16 @@ pub(crate) fn fill_snapshot(s: &mut PipelineSnapshot, w: &WindowResult) {
             threads: w.threads.iter().map(probe_thread).collect(),
             unattributed_waits: Some(probe_waits(&w.unattributed_waits)),
             non_pipeline_waits: Some(probe_waits(&w.non_pipeline_waits)),
+            machine_busy_ns: match (w.start.machine_busy_ns, w.end.machine_busy_ns) {
+                (Some(a), Some(b)) => sat_i64(b.saturating_sub(a)),
+                _ => 0,
+            },
+            cpu_quota_cores: w
+                .target
+                .as_ref()
+                .and_then(|t| t.cpu_quota_cores)
+                .filter(|q| q.is_finite() && *q > 0.0)
+                .unwrap_or(0.0),
         });
     }
     s.probe_files = w.files.iter().map(probe_file).collect();

@@ -216,6 +216,7 @@ impl Aggregator {
             mono_ns: poll.mono_ns,
             wall_ns: poll.wall_ns,
             process_cpu_ns: poll.process_cpu_ns,
+            machine_busy_ns: poll.machine_busy_ns,
         };
         self.first.get_or_insert(stamp);
         self.last = Some(stamp);

@@ -308,3 +308,40 @@ fn report_json_reads_older_reports() {
     assert!(r.threads.is_empty());
     assert_eq!(r.nodes[0].cpu_ns, 0);
 }
+
+/// The machine's busy CPU over the window (first to last poll) and the
+/// cgroup quota: the analyzer's core budget takes other processes and the
+/// quota from them.
+#[test]
+fn machine_busy_cpu_and_quota_reach_stats_pb() {
+    use plumber_collector::event::Event;
+    let events: Vec<Event> = usage_events()
+        .into_iter()
+        .map(|e| match e {
+            Event::Poll(mut p) => {
+                // 1.5 cores busy on the machine from an arbitrary start.
+                p.machine_busy_ns = Some(7 * S as u64 + p.mono_ns / 2 * 3);
+                Event::Poll(p)
+            }
+            Event::Target(mut t) => {
+                t.cpu_quota_cores = Some(1.5);
+                Event::Target(t)
+            }
+            e => e,
+        })
+        .collect();
+    let s = collect(events).unwrap().snapshot;
+    let info = s.snapshot_info.as_ref().expect("snapshot_info");
+    let window = (info.current_time - info.start_time) as f64;
+    let cpu = s.probe_cpu.as_ref().expect("probe_cpu");
+    assert!(
+        (cpu.machine_busy_ns as f64 - 1.5 * window).abs() <= 2.0,
+        "{} over {window}",
+        cpu.machine_busy_ns
+    );
+    assert_eq!(cpu.cpu_quota_cores, 1.5);
+    // Without them: 0, "not measured".
+    let s = collect(usage_events()).unwrap().snapshot;
+    let cpu = s.probe_cpu.as_ref().expect("probe_cpu");
+    assert_eq!((cpu.machine_busy_ns, cpu.cpu_quota_cores), (0, 0.0));
+}

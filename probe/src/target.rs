@@ -110,10 +110,59 @@ pub fn process_cpu_ns(pid: i32) -> Option<u64> {
     // Fields after comm start at "state" (field 3); utime is field 14.
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) * 1_000_000_000 / clk_tck())
+}
+
+/// Busy CPU time of the whole machine since boot, ns: /proc/stat's first
+/// line, every state but idle and iowait (steal counts: the host ran
+/// something else on our CPUs).
+pub fn machine_busy_ns() -> Option<u64> {
+    let s = fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is inside user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Some(total.saturating_sub(idle) * 1_000_000_000 / clk_tck())
+}
+
+fn clk_tck() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as u64 } else { 100 };
-    Some((utime + stime) * 1_000_000_000 / hz)
+    if hz > 0 {
+        hz as u64
+    } else {
+        100
+    }
+}
+
+/// The tightest cgroup v2 CPU quota (cpu.max) on the process's cgroup path,
+/// in cores; None when none is set or cgroup v2 is not mounted.
+pub fn cpu_quota_cores(pid: i32) -> Option<f64> {
+    let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = cg.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let mut dir = Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+    let mut best: Option<f64> = None;
+    loop {
+        if let Ok(max) = fs::read_to_string(dir.join("cpu.max")) {
+            let mut it = max.split_whitespace();
+            let quota = it.next().and_then(|q| q.parse::<f64>().ok());
+            let period = it.next().and_then(|p| p.parse::<f64>().ok());
+            if let (Some(q), Some(p)) = (quota, period) {
+                if q > 0.0 && p > 0.0 {
+                    let c = q / p;
+                    best = Some(best.map_or(c, |b: f64| b.min(c)));
+                }
+            }
+        }
+        if dir == Path::new("/sys/fs/cgroup") || !dir.pop() {
+            break;
+        }
+    }
+    best
 }
 
 impl Target {
@@ -182,6 +231,7 @@ impl Target {
             num_cores: std::thread::available_parallelism()
                 .map(|n| n.get() as i64)
                 .unwrap_or(1),
+            cpu_quota_cores: cpu_quota_cores(self.pid),
             memory_total: kb("MemTotal:"),
             memory_free: kb("MemAvailable:"),
             not_measured: Vec::new(),
@@ -302,5 +352,6 @@ mod tests {
         let me = std::process::id() as i32;
         assert!(alive(me));
         assert!(process_cpu_ns(me).is_some());
+        assert!(machine_busy_ns().is_some_and(|b| b > 0));
     }
 }

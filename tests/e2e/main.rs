@@ -4,6 +4,7 @@
 //! They need root and the virtualenv from scripts/setup.sh; they fail (not
 //! skip) without them, so CI cannot go green without running them.
 
+mod budget;
 mod containers;
 mod cost;
 mod faults;

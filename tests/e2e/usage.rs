@@ -166,7 +166,32 @@ fn gil_wait_on_the_py_function_map() {
         }
     }
     assert_cpu_adds_up(&r);
-    assert_bound_by_its_wait(&r, map, "gil");
+    assert_bound_by_its_wait(&on_idle_cores(&out, &r), map, "gil");
+}
+
+/// The recording analysed again as on an idle machine (`--cores`: the
+/// machine's cores, none taken off for other processes or the consumer).
+/// The wait tests check how the model scales an op that waits; on a
+/// shared machine other jobs' CPU would hide that behind "every free core
+/// busy", which is right for the recording but not what they test.
+fn on_idle_cores(out: &Path, r: &Value) -> Value {
+    let cores = r["machine"]["budget"]["cores"]
+        .as_f64()
+        .expect("machine.budget.cores");
+    let stats = out.join("stats.pb");
+    let o = run_probe(&[
+        "analyze",
+        stats.to_str().expect("utf8"),
+        "--cores",
+        &cores.to_string(),
+        "--json",
+    ]);
+    assert!(
+        o.status.success(),
+        "analyze --cores: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("analyze --json parses")
 }
 
 /// The analysis names the map and its wait as what bounds the pipeline,
@@ -216,7 +241,7 @@ fn lock_contention_is_the_map_ops() {
         top["site"].as_str().is_some_and(|s| s.contains("Insert")),
         "{top}"
     );
-    assert_bound_by_its_wait(&r, map, "lock");
+    assert_bound_by_its_wait(&on_idle_cores(&out, &r), map, "lock");
 }
 
 #[test]

@@ -77,6 +77,7 @@ pub fn poll_ms(t_ms: u64, nodes: Vec<NodeObservation>) -> Event {
         mono_ns: MONO0 + t_ms * 1_000_000,
         wall_ns: WALL0 + t_ms * 1_000_000,
         process_cpu_ns: CPU0 + t_ms * 2_000_000,
+        machine_busy_ns: None,
         nodes,
     })
 }
@@ -112,6 +113,7 @@ pub fn target() -> Event {
         libraries: vec!["/usr/lib/libtensorflow_framework.so.2".to_string()],
         mode: "model".to_string(),
         num_cores: 16,
+        cpu_quota_cores: None,
         memory_total: 64 << 30,
         memory_free: 32 << 30,
         not_measured: Vec::new(),

@@ -316,6 +316,7 @@ impl LoopState {
             mono_ns,
             wall_ns,
             process_cpu_ns,
+            machine_busy_ns: target::machine_busy_ns(),
             nodes,
         }))?;
         let first = self.window_start.is_none();

@@ -448,6 +448,7 @@ mod tests {
             mono_ns: (t_s * 1e9) as u64,
             wall_ns: 0,
             process_cpu_ns: (t_s * 0.5e9) as u64,
+            machine_busy_ns: None,
             nodes,
         })
     }

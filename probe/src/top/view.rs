@@ -265,6 +265,7 @@ mod tests {
                     mono_ns: t * 1_000_000_000,
                     wall_ns: 0,
                     process_cpu_ns: 0,
+                    machine_busy_ns: None,
                     nodes: vec![plumber_collector::event::NodeObservation {
                         addr: 1,
                         id: 1,

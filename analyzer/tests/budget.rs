@@ -1,0 +1,164 @@
+//! The core budget's terms (other processes, the process's CPU outside the
+//! pipeline, the cgroup quota) and the diagnosis of a pipeline held back by
+//! something other than its ops, on synthetic recordings.
+
+use plumber_analyzer::synth::{SynthOp, SynthPipeline};
+use plumber_analyzer::{analyze, MachineOverrides, Report};
+use plumber_collector::proto::pipeline_snapshot::ProbeCpu;
+use plumber_collector::proto::PipelineSnapshot;
+
+const WINDOW_S: f64 = 10.0;
+
+/// Map (one thread, `map_cpu_s` of CPU over the window) -> Batch(16), 100
+/// batches in a 10 s window, on 2 cores.
+fn pipeline(map_cpu_s: f64) -> SynthPipeline {
+    SynthPipeline {
+        ops: vec![
+            SynthOp::new("ParallelMapDatasetV2/_1", "ParallelMapDatasetV2")
+                .elements(1600)
+                .ratio(1.0)
+                .cpu(map_cpu_s)
+                .wall(map_cpu_s)
+                .par(1),
+            SynthOp::new("BatchDatasetV2/_2", "BatchDatasetV2")
+                .input("ParallelMapDatasetV2/_1")
+                .elements(100)
+                .ratio(16.0)
+                .cpu(0.1)
+                .wall(0.1),
+        ],
+        cores: 2,
+        memory_total: 16_000_000_000,
+        memory_free: 8_000_000_000,
+        elapsed_s: WINDOW_S,
+        ..Default::default()
+    }
+}
+
+/// The recording's CPU figures: `outside_s` of the process's CPU outside
+/// the pipeline, `other_s` taken by other processes, over the window.
+fn recorded(mut s: PipelineSnapshot, outside_s: f64, other_s: f64, quota: f64) -> PipelineSnapshot {
+    let ns = |x: f64| (x * 1e9) as i64;
+    let pipeline: f64 = s
+        .stats
+        .iter()
+        .map(|o| o.aggregate_processing_time_clock as f64 / 1e9)
+        .sum();
+    let process = pipeline + outside_s;
+    if let Some(info) = s.snapshot_info.as_mut() {
+        info.process_start_time = 0;
+        info.process_current_time = ns(process);
+    }
+    s.probe_cpu = Some(ProbeCpu {
+        process_ns: ns(process),
+        non_pipeline_ns: ns(outside_s),
+        machine_busy_ns: ns(process + other_s),
+        cpu_quota_cores: quota,
+        ..Default::default()
+    });
+    s
+}
+
+fn report(s: &PipelineSnapshot) -> Report {
+    analyze(s, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * b.abs().max(1.0)
+}
+
+#[test]
+fn a_file_without_cpu_figures_plans_with_its_cores() {
+    let r = report(&pipeline(10.0).snapshot());
+    assert_eq!(r.machine.cores, 2.0);
+    assert_eq!(r.machine.budget.other_processes_cores, None);
+    assert_eq!(r.machine.budget.overhead_s_per_element, 0.0);
+    assert!(r.assumes.contains("stated"), "{}", r.assumes);
+    assert!(r.limited_elsewhere.is_none());
+}
+
+#[test]
+fn other_processes_and_the_consumer_come_off_the_budget() {
+    // 2 s of other processes (0.2 core), 5 s of the consumer (0.5 core,
+    // 0.05 CPU-s per batch) over the window.
+    let r = report(&recorded(pipeline(10.0).snapshot(), 5.0, 2.0, 0.0));
+    let b = &r.machine.budget;
+    assert!(close(b.other_processes_cores.unwrap_or(-1.0), 0.2));
+    assert!(close(b.outside_pipeline_cores, 0.5));
+    assert!(close(b.overhead_s_per_element, 0.05));
+    assert!(close(r.machine.cores, 1.8));
+    assert!(close(b.pipeline_cores, 1.3));
+    assert!(r.assumes.contains("1.80 of 2 cores"), "{}", r.assumes);
+    assert!(r.assumes.contains("other processes"), "{}", r.assumes);
+    // The map at one thread: 10 batches/s, as observed.
+    assert!(close(r.predicted_rate.unwrap_or(0.0), 10.0));
+    assert!(r.limited_elsewhere.is_none());
+    // Two threads: the LP charges the ops and the consumer per batch,
+    // 1.8 / (0.1 + 0.001 + 0.05), not 1.8 / 0.101 (which ignores that the
+    // consumer works per element too).
+    let p = &r.recommendations[0];
+    assert_eq!((p.kind.as_str(), p.value), ("parallelism", 2.0));
+    assert!(close(p.predicted_rate.unwrap_or(0.0), 1.8 / 0.151));
+    assert_eq!(p.assumes, r.assumes);
+}
+
+#[test]
+fn the_cgroup_quota_caps_the_cores() {
+    let r = report(&recorded(pipeline(10.0).snapshot(), 0.0, 0.0, 1.5));
+    assert_eq!(r.machine.budget.quota_cores, Some(1.5));
+    assert!(close(r.machine.cores, 1.5));
+    // A quota above the cores is no term.
+    let r = report(&recorded(pipeline(10.0).snapshot(), 0.0, 0.0, 4.0));
+    assert_eq!(r.machine.budget.quota_cores, None);
+    assert!(close(r.machine.cores, 2.0));
+}
+
+#[test]
+fn a_pipeline_faster_than_its_consumer_gets_no_threads() {
+    // The map needs 2 s of CPU for the 100 batches: 50/s on its one thread,
+    // yet 10/s were delivered; the consumer took 8 s of CPU.
+    let r = report(&recorded(pipeline(2.0).snapshot(), 8.0, 0.0, 0.0));
+    let e = r.limited_elsewhere.as_ref().expect("limited elsewhere");
+    assert_eq!(e.by, "consumer");
+    assert!(
+        r.recommendations.iter().all(|x| x.kind != "parallelism"),
+        "{:?}",
+        r.recommendations
+    );
+    let txt = plumber_analyzer::render_text(&r);
+    assert!(txt.contains("not the pipeline (consumer)"), "{txt}");
+}
+
+#[test]
+fn a_full_machine_is_named() {
+    // Other processes took 1.85 of the 2 cores, the pipeline 0.03, and it
+    // delivered far below what its ops allow.
+    let r = report(&recorded(
+        pipeline(0.2).snapshot(),
+        0.0,
+        1.85 * WINDOW_S,
+        0.0,
+    ));
+    let e = r.limited_elsewhere.as_ref().expect("limited elsewhere");
+    assert_eq!(e.by, "other_processes", "{}", e.why);
+}
+
+#[test]
+fn cores_given_are_a_what_if_without_terms_or_diagnosis() {
+    // The same consumer-bound recording, analysed for 2 cores given: the
+    // model plans with them all, and an observed rate taken under other
+    // conditions is not held against it.
+    let ov = MachineOverrides {
+        cores: Some(2.0),
+        ..Default::default()
+    };
+    let s = recorded(pipeline(2.0).snapshot(), 8.0, 5.0, 0.0);
+    let r = analyze(&s, &ov).expect("analyze").into_report();
+    assert_eq!(r.machine.cores, 2.0);
+    assert_eq!(r.machine.budget.other_processes_cores, None);
+    assert_eq!(r.machine.budget.overhead_s_per_element, 0.0);
+    assert!(r.limited_elsewhere.is_none());
+    assert!(r.assumes.contains("given"), "{}", r.assumes);
+}

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Does the advice hold when applied? What a user does with the report, per workload:
+
+    sudo python3 bench/validate.py [--probe target/release/plumber-probe]
+        [--cases image,demo,cache,py_function,keras_fit] [--runs 3] [--base-runs 1]
+        [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
+
+For each case it starts a deliberately mis-configured pipeline, records it with
+plumber-probe (--record seconds after --warmup), reads report.json's
+recommendations, and applies them one after the other as a user would: it
+restarts the workload with the recommended num_parallel_calls, prefetch buffer
+or .cache() at the recommended op (tests/workloads/tunable.py's flags), every
+earlier recommendation applied too (each predicted_rate assumes them). Each
+change gets --runs fresh runs (the recorded configuration and AUTOTUNE
+--base-runs); a run's throughput is root elements per
+second from the workload's own GT lines over --seconds after --warmup. Beside
+them, the same pipeline with every knob set to tf.data.AUTOTUNE.
+
+Prints, per case: the recording's observed and predicted rate, what the report
+says holds the pipeline back when not its ops (limited_elsewhere), then one
+row per recommendation: predicted, measured (median of the runs, min-max
+spread), the prediction's error, the gain over the configuration before it,
+and AUTOTUNE's median. Recommendations that need a code change (gil, lock,
+disk) are listed, not applied; later ones are then not measured either (their
+predictions assume the change). Ends with the checks of the issue: every
+prediction within 10%, no change slower than the one before, advice at least
+as fast as AUTOTUNE, and the GIL-bound case recommending the GIL, not threads.
+Standard library only; needs root (the probe does). Run it on a quiet machine:
+the model predicts "with the cores free as during the window".
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+REPO = common.REPO
+
+# name -> (workload script, mis-configured flags, AUTOTUNE flags)
+CASES = {
+    "image": ("tunable.py", ["--shape", "image", "--map-parallel", "1", "--prefetch", "autotune"],
+              ["--shape", "image", "--autotune"]),
+    "demo": ("tunable.py", ["--shape", "image", "--map-parallel", "1", "--prefetch", "none"],
+             ["--shape", "image", "--autotune"]),
+    "cache": ("tunable.py", ["--shape", "cacheable", "--map-parallel", "1", "--prefetch", "2"],
+              ["--shape", "cacheable", "--autotune"]),
+    # --pyiters 20000: the loop holds the GIL most of each element (as in the e2e GIL test).
+    "py_function": ("py_function.py", ["--pyiters", "20000"], None),
+    "keras_fit": ("keras_fit.py", ["--shape", "image", "--map-parallel", "1", "--prefetch", "1"],
+                  ["--shape", "image", "--autotune"]),
+}
+# The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
+# num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
+CACHE_FLAG = {"TFRecordDataset": "reader", "FlatMapDataset": "reader",
+              "ParallelMapDatasetV2": "map", "BatchDatasetV2": "batch"}
+MAPS = ("ParallelMapDatasetV2",)
+
+
+def set_flag(flags, name, value):
+    out = list(flags)
+    if name in out:
+        out[out.index(name) + 1] = value
+    else:
+        out += [name, value]
+    return out
+
+
+def apply(rec, flags, ops):
+    """Flags with one recommendation applied, or (None, why not)."""
+    op = ops.get(rec["node"], "")
+    kind = rec["kind"]
+    if kind == "parallelism" and op in MAPS and "--map-parallel" in flags:
+        return set_flag(flags, "--map-parallel", str(int(rec["value"]))), None
+    if kind == "prefetch" and "--prefetch" in flags:
+        return set_flag(flags, "--prefetch", str(max(int(rec["value"]), 1))), None
+    if kind == "cache" and op in CACHE_FLAG and "--shape" in flags:
+        return set_flag(flags, "--cache", CACHE_FLAG[op]), None
+    return None, f"{kind} on {rec['node']} ({op}) needs a code change"
+
+
+def gt_rates(stdout, warmup, seconds):
+    """Root elements/s over [READY + warmup, + seconds] from GT lines."""
+    pts = []
+    for line in stdout.splitlines():
+        if line.startswith("GT "):
+            f = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+            pts.append((int(f["wall_ns"]), int(f["root"])))
+    pts = [p for p in pts if p[1] > 0]
+    if len(pts) < 2:
+        return None
+    t0 = pts[0][0] + warmup * 1e9
+    win = [p for p in pts if t0 <= p[0] <= t0 + seconds * 1e9]
+    if len(win) < 2:
+        return None
+    (ta, ra), (tb, rb) = win[0], win[-1]
+    return (rb - ra) * 1e9 / (tb - ta) if tb > ta else None
+
+
+def run_once(args, script, flags):
+    cmd = [args.python, os.path.join(REPO, "tests", "workloads", script),
+           "--seconds", str(args.warmup + args.seconds + 0.5), "--gt-interval", "0.1"] + flags
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=180,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return gt_rates(p.stdout, args.warmup, args.seconds)
+
+
+def measure(args, script, flags, runs=None):
+    rates = [r for r in (run_once(args, script, flags) for _ in range(runs or args.runs)) if r]
+    if not rates:
+        return None
+    return statistics.median(rates), min(rates), max(rates)
+
+
+def record(args, name, script, flags):
+    """Records the workload; its report.json (None if the recording failed)."""
+    out = os.path.join(args.out, name)
+    wl = common.Workload(args.python, script[:-3], args.warmup + args.record + 30, args.out,
+                         flags + ["--gt-interval", "0.1"], tag=name)
+    try:
+        if not wl.ready.wait(120):
+            return None
+        time.sleep(args.warmup)
+        p = subprocess.run([args.probe, "--pid", str(wl.pid), "--duration", str(args.record),
+                            "--output", out, "-q"], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            print(f"{name}: plumber-probe failed: {p.stderr.strip()[-500:]}")
+            return None
+        with open(os.path.join(out, "report.json")) as f:
+            return json.load(f)
+    finally:
+        wl.stop()
+
+
+def fmt_m(m):
+    if m is None:
+        return "n/a"
+    med, lo, hi = m
+    return f"{med:.1f}/s ({lo:.1f}–{hi:.1f})"
+
+
+def run_case(args, name, checks):
+    script, flags, auto_flags = CASES[name]
+    report = record(args, name, script, flags)
+    if report is None:
+        print(f"## {name}: no recording")
+        return
+    ops = {n["name"]: n["op"] for n in report["nodes"]}
+    b = report["machine"]["budget"]
+    print(f"## {name} ({script} {' '.join(flags)})")
+    print(f"recorded: observed {report['observed_rate']:.1f}/s, model {report['predicted_rate'] or 0:.1f}/s; "
+          f"{report['assumes']}; budget {b['cores']:g} cores − other "
+          f"{b['other_processes_cores'] or 0:.2f} − outside {b['outside_pipeline_cores']:.2f} "
+          f"= {b['pipeline_cores']:.2f} for the ops")
+    if report.get("limited_elsewhere"):
+        e = report["limited_elsewhere"]
+        print(f"not the pipeline ({e['by']}): {e['why']}")
+    auto = measure(args, script, auto_flags, args.base_runs) if auto_flags else None
+    print(f"AUTOTUNE: {fmt_m(auto)}")
+    print("| change | predicted | measured (median, spread) | error | gain |")
+    print("|---|---|---|---|---|")
+    base = measure(args, script, flags, args.base_runs)
+    print(f"| as recorded | {report['predicted_rate'] or 0:.1f}/s | {fmt_m(base)} | "
+          f"{err(report['predicted_rate'], base)} | |")
+    recs = report["recommendations"]
+    if name == "py_function":
+        # Lifting the GIL comes first, as a recommendation or as what holds
+        # the pipeline back; never threads before it.
+        kinds = [r["kind"] for r in recs]
+        elsewhere = (report.get("limited_elsewhere") or {}).get("by")
+        ok = (kinds[:1] == ["gil"] or elsewhere == "gil") and "parallelism" not in kinds[:1]
+        checks.append((f"{name}: lifts the GIL, not threads (recommendations {kinds}, "
+                       f"limited elsewhere: {elsewhere})", ok))
+    cur, prev, last = flags, base, base
+    for rec in recs:
+        nxt, why = apply(rec, cur, ops)
+        label = f"{rec['kind']} {rec['node']} → {rec['value']:.4g} {rec['unit']}"
+        if nxt is None:
+            print(f"| {label} | {rec['predicted_rate'] or 0:.1f}/s | not applied: {why} | | |")
+            break
+        m = measure(args, script, nxt)
+        gain = f"{m[0] / prev[0]:.2f}×" if m and prev else ""
+        print(f"| {label} | {rec['predicted_rate'] or 0:.1f}/s | {fmt_m(m)} | "
+              f"{err(rec['predicted_rate'], m)} | {gain} |")
+        if m and rec["predicted_rate"]:
+            e = abs(rec["predicted_rate"] / m[0] - 1)
+            checks.append((f"{name}: {rec['kind']} predicted within 10% ({e:.0%})", e <= 0.10))
+        if m and prev:
+            checks.append((f"{name}: {rec['kind']} not slower ({m[0]:.1f} vs {prev[0]:.1f})",
+                           m[0] >= prev[0] * 0.97))
+        cur, prev, last = nxt, m, m
+    if auto and last:
+        checks.append((f"{name}: advice {last[0]:.1f}/s vs AUTOTUNE {auto[0]:.1f}/s",
+                       last[0] >= auto[0] * 0.97))
+    print()
+
+
+def err(pred, m):
+    if not pred or not m:
+        return ""
+    return f"{pred / m[0] - 1:+.0%}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--probe", default=os.path.join(REPO, "target", "release", "plumber-probe"))
+    ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--runs", type=int, default=3, help="fresh runs of each change (default 3)")
+    ap.add_argument("--base-runs", type=int, default=1,
+                    help="fresh runs of the recorded configuration and of AUTOTUNE (default 1)")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--record", type=float, default=8.0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    common.check_setup(args)
+    args.out = args.out or tempfile.mkdtemp(prefix="validate-")
+    os.makedirs(args.out, exist_ok=True)
+    started = time.time()
+    checks = []
+    for name in args.cases.split(","):
+        if name not in CASES:
+            common.die(f"unknown case {name} (known: {', '.join(CASES)})")
+        run_case(args, name, checks)
+    print("## checks")
+    for what, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {what}")
+    print(f"\n{time.time() - started:.0f} s; recordings in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
