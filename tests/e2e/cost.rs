@@ -8,7 +8,7 @@ use std::process::Output;
 use plumber_collector::proto::PipelineSnapshot;
 
 use crate::harness::*;
-use crate::pipelines::{Expect, DEMO, INTERLEAVE, PY_FUNCTION, TFRECORD_IMAGE};
+use crate::pipelines::{Expect, DEMO, INTERLEAVE, PADDED_BATCH, PY_FUNCTION, TFRECORD_IMAGE};
 
 /// A `--pid` recording of `w` with `extra` arguments, its output kept.
 fn record_out(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Output {
@@ -126,10 +126,13 @@ fn default_mode_reports_its_cost_consistently_and_within_1_percent() {
     for e in [&DEMO, &TFRECORD_IMAGE, &INTERLEAVE] {
         check_default(e, true);
     }
-    // py_function's GIL probes trap 3x more in some runs than in others
-    // (0.08-0.28% of its CPU in traps, 0.7-1.1% in all with the debug
-    // binary the tests run): over the budget it must say so and thin.
+    // py_function and padded_batch (the variable-length "text" sequences,
+    // thousands of batches a second) are at 0.7-1.15% with the debug
+    // binary the tests run, whose own process costs them ~0.67% against
+    // ~0.17% for a release build (0.40-0.53% and 0.75% in all, thinned):
+    // over the budget it must say so and thin.
     check_default(&PY_FUNCTION, false);
+    check_default(&PADDED_BATCH, false);
 }
 
 #[test]
@@ -208,8 +211,9 @@ fn run_reports_its_cost() {
     // The shim's time in its hooks is counted, and is a part of the line.
     assert!(c.shim_ns > 0, "run counts no shim time: {line}");
     assert!(line.contains("shim hooks "), "{line}");
-    // The tests preload a debug build of the shim (no inlining in the
-    // hooks): about 1% here, where a release build is below.
+    // Not held to the 1% budget here: a 6 s recording with the debug
+    // probe (its start weighs more), about 1% on the demo, mostly the
+    // shim's thread-CPU clock reads in record_stop.
     assert!(
         c.target_share <= 0.03,
         "run cost {:.2}% of the target's CPU: {line}",
