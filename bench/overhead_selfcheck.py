@@ -44,8 +44,9 @@ paid inside the target (BPF, traps): it is printed beside the in-target part
 of the share (bpf + traps over target CPU).
 
 Timing: with the defaults, 4 settings x 4 pairs x (2 x 8 s + the probe's
-start-up and exit, ~3-6 s) + TensorFlow's start and the warm-up: about
-7 minutes. Needs root (the probe does) and a release build of the probe.
+start-up and exit, ~8 s on a loaded 2-core VM) + TensorFlow's start and the
+warm-up: about 7 minutes. Needs root (the probe does) and a release build
+of the probe.
 """
 
 import argparse
