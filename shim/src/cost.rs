@@ -19,10 +19,11 @@
 //! What it misses: each hook's entry (the forwarding call, the shared
 //! memory's state check, the thread-local access, a few ns), the
 //! `GetNext` hook's iterator stack and discovery table (no clock read to
-//! hang a count on: a few ns a call, while the probe's `GetNext` calls are
-//! microseconds each), `close`, the GIL hooks' bookkeeping between their
-//! clock reads, and the cache lines the shim's tables take from the
-//! target's own data.
+//! hang a count on: a few ns a call, where a `GetNext` call takes
+//! microseconds), `close`, the GIL hooks' bookkeeping between their clock
+//! reads, the hooks of a thread without a row in the table (one that only
+//! reads descriptors not followed: two vDSO clock reads a read call), and
+//! the cache lines the shim's tables take from the target's own data.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 

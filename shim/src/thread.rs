@@ -229,7 +229,14 @@ pub fn add_hook_ns(h: &Header, ns: u64) {
 }
 
 fn add_hook(h: &Header, st: &ThreadState, ns: u64) {
-    if let Some(s) = slot(h, st) {
+    // Only a thread that has a row already: the shim's own cost must not
+    // claim rows (a thread that only reads pipes and sockets would take
+    // one for life).
+    let i = st.slot.get();
+    if i == UNSET || i == NONE {
+        return;
+    }
+    if let Some(s) = h.threads.get(i as usize) {
         // Only this thread writes its row's hook_ns: no locked add needed.
         let v = s.hook_ns.load(Ordering::Relaxed);
         s.hook_ns.store(v.wrapping_add(ns), Ordering::Relaxed);
