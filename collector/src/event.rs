@@ -176,6 +176,10 @@ pub struct ProbeCost {
     pub trap_ns: u64,
     /// The calibrated cost of one trap, ns (0: not calibrated).
     pub trap_cost_ns: u64,
+    /// The shim's own time in the target, ns (`plumber-probe run`: its
+    /// hooks and their clock reads; 0 under `--pid`).
+    #[serde(default)]
+    pub shim_ns: u64,
     /// The probe process's own CPU time, ns: it competes for the cores.
     pub probe_cpu_ns: u64,
     /// The share of the target's CPU the user allowed (0.01 = 1%).
@@ -194,6 +198,7 @@ impl ProbeCost {
     pub fn total_ns(&self) -> u64 {
         self.bpf_ns
             .saturating_add(self.trap_ns)
+            .saturating_add(self.shim_ns)
             .saturating_add(self.probe_cpu_ns)
     }
 

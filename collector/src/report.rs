@@ -149,7 +149,7 @@ pub struct MeasuredReport<N: NodeList = Vec<MeasuredNode>> {
 /// `probe_overhead` in report.json: stats.pb's `ProbeOverhead`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct ReportOverhead {
-    /// (bpf_ns + trap_ns + probe_cpu_ns) / target_cpu_ns.
+    /// (bpf_ns + trap_ns + shim_ns + probe_cpu_ns) / target_cpu_ns.
     pub target_share: f64,
     pub target_cpu_ns: i64,
     pub bpf_ns: i64,
@@ -157,6 +157,9 @@ pub struct ReportOverhead {
     pub trap_ns: i64,
     pub trap_cost_ns: i64,
     pub probe_cpu_ns: i64,
+    /// `plumber-probe run`: the shim's time in its hooks (0 under --pid).
+    #[serde(default)]
+    pub shim_ns: i64,
     pub budget: f64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ReportProbeHits>,
@@ -182,6 +185,7 @@ impl ReportOverhead {
             trap_ns: o.trap_ns,
             trap_cost_ns: o.trap_cost_ns,
             probe_cpu_ns: o.probe_cpu_ns,
+            shim_ns: o.shim_ns,
             budget: o.budget,
             probes: o
                 .probes
@@ -199,7 +203,8 @@ impl ReportOverhead {
 
     /// The line a recording ends with, e.g. `probe cost: 0.6% of the
     /// target's CPU (in-target BPF 0.2%, uprobe traps 0.3%, probe process
-    /// 0.1%); budget 1%`.
+    /// 0.1%); budget 1%`. A `run` recording has no BPF and no traps: its
+    /// parts are the shim's hooks and the probe process.
     pub fn line(&self) -> String {
         let pct = |ns: i64| {
             if self.target_cpu_ns > 0 {
@@ -208,11 +213,18 @@ impl ReportOverhead {
                 0.0
             }
         };
+        let in_target = if self.shim_ns > 0 && self.bpf_ns == 0 && self.trap_ns == 0 {
+            format!("shim hooks {:.2}%", pct(self.shim_ns))
+        } else {
+            format!(
+                "in-target BPF {:.2}%, uprobe traps {:.2}%",
+                pct(self.bpf_ns),
+                pct(self.trap_ns)
+            )
+        };
         let mut line = format!(
-            "probe cost: {:.2}% of the target's CPU (in-target BPF {:.2}%, uprobe traps {:.2}%, probe process {:.2}%); budget {}%",
+            "probe cost: {:.2}% of the target's CPU ({in_target}, probe process {:.2}%); budget {}%",
             100.0 * self.target_share,
-            pct(self.bpf_ns),
-            pct(self.trap_ns),
             pct(self.probe_cpu_ns),
             fmt_pct(100.0 * self.budget),
         );

@@ -421,6 +421,7 @@ fn overhead_proto(c: &crate::event::ProbeCost) -> ProbeOverhead {
         trap_ns: sat_i64(c.trap_ns),
         trap_cost_ns: sat_i64(c.trap_cost_ns),
         probe_cpu_ns: sat_i64(c.probe_cpu_ns),
+        shim_ns: sat_i64(c.shim_ns),
         budget: c.budget,
         probes: c
             .probes

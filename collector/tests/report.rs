@@ -196,3 +196,34 @@ fn summary_is_the_report_without_nodes() {
         serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
     assert_eq!(back, summary);
 }
+
+#[test]
+fn the_cost_line_names_its_parts() {
+    use plumber_collector::report::ReportOverhead;
+    let pid = ReportOverhead {
+        target_share: 0.006,
+        target_cpu_ns: 1_000_000_000,
+        bpf_ns: 2_000_000,
+        trap_ns: 3_000_000,
+        probe_cpu_ns: 1_000_000,
+        budget: 0.01,
+        ..Default::default()
+    };
+    assert_eq!(
+        pid.line(),
+        "probe cost: 0.60% of the target's CPU (in-target BPF 0.20%, uprobe traps 0.30%, probe process 0.10%); budget 1%"
+    );
+    // `run`: no BPF, no traps; the shim's hooks instead.
+    let run = ReportOverhead {
+        target_share: 0.012,
+        target_cpu_ns: 1_000_000_000,
+        shim_ns: 7_000_000,
+        probe_cpu_ns: 5_000_000,
+        budget: 0.01,
+        ..Default::default()
+    };
+    assert_eq!(
+        run.line(),
+        "probe cost: 1.20% of the target's CPU (shim hooks 0.70%, probe process 0.50%); budget 1% — OVER BUDGET"
+    );
+}

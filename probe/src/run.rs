@@ -299,10 +299,7 @@ fn record_child(
         interval: Some(opts.interval),
         quiet: opts.quiet,
         started,
-        cost: Some(crate::cost::Meter::probe_only(
-            crate::cost::DEFAULT_BUDGET,
-            vec![crate::cost::SHIM_NOT_MEASURED.into()],
-        )),
+        cost: Some(crate::cost::Meter::shim(crate::cost::DEFAULT_BUDGET)),
     };
     let ended = recording::run(&mut source, &mut sink, &loop_opts)?;
     let Some(time_to_first_data) = ended.time_to_first_data else {
@@ -374,10 +371,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<abi::Retired>(), 152);
         assert_eq!(std::mem::size_of::<abi::NodeAttr>(), 64);
         assert_eq!(std::mem::size_of::<abi::IoRow>(), 256);
-        assert_eq!(std::mem::size_of::<abi::ThreadSlot>(), 8224);
+        assert_eq!(std::mem::size_of::<abi::ThreadSlot>(), 8232);
+        assert_eq!(std::mem::offset_of!(abi::ThreadSlot, hook_ns), 32);
         assert_eq!(std::mem::size_of::<abi::FileSlot>(), 280);
         assert_eq!(std::mem::size_of::<abi::FdSlot>(), 24);
-        assert_eq!(abi::HEADER_SIZE, 5_091_560);
+        assert_eq!(abi::HEADER_SIZE, 5_095_656);
         assert!(abi::DROP_NAMES.len() <= abi::NUM_DROPS);
     }
 }

@@ -9,7 +9,8 @@ use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
 /// "PLUMSHM1".
 pub const MAGIC: u64 = 0x314d_4853_4d55_4c50;
-pub const VERSION: u32 = 1;
+/// 2: `ThreadSlot::hook_ns`.
+pub const VERSION: u32 = 2;
 
 /// Environment variables the parent sets for the child.
 pub const ENV_SHM: &str = "PLUMBER_SHIM_SHM";
@@ -205,6 +206,10 @@ pub struct ThreadSlot {
     pub gil_waits: AtomicU64,
     /// Time inside read calls on tracked files.
     pub read_ns: AtomicU64,
+    /// The shim's own time on this thread: inside its hooks and their
+    /// clock reads (`shim/src/cost.rs` says how it is counted and what it
+    /// misses). Written by the owning thread only.
+    pub hook_ns: AtomicU64,
     pub nodes: [NodeAttr; NODES_PER_THREAD],
     pub io: [IoRow; IO_ROWS],
 }

@@ -148,7 +148,10 @@ pub unsafe extern "C-unwind" fn remove_node(model: *mut c_void, node: *mut c_voi
     // SAFETY: a non-null address dlsym returned for this very symbol.
     let f: RemoveNodeFn = unsafe { core::mem::transmute::<*mut c_void, RemoveNodeFn>(f) };
     if let Some(h) = shm::owned(true) {
+        // Reading the node is a system call: rare, timed in full.
+        let span = crate::cost::Span::start();
         crate::retired::record(h, node);
+        span.end(h);
     }
     // SAFETY: forwarding TensorFlow's own arguments to the real function.
     unsafe { f(model, node) }
@@ -194,6 +197,7 @@ pub unsafe extern "C-unwind" fn PyEval_RestoreThread(tstate: *mut c_void) {
     if let (Some(h), Some(t0)) = (h, t0) {
         let dt = crate::thread::clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(t0);
         crate::thread::on_gil_wait(h, dt);
+        crate::cost::add(h, crate::cost::reads_ns(2, 0));
     }
 }
 

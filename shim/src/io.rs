@@ -11,6 +11,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use core::sync::atomic::Ordering;
 
 use crate::abi::{self, Header, IoRow};
+use crate::cost::{self, Span};
 use crate::real::Real;
 use crate::retired::read_self;
 use crate::shm;
@@ -203,6 +204,13 @@ fn fd_path(fd: c_int, out: &mut [u8; abi::PATH_LEN]) -> Option<usize> {
 /// A successful open of `path` as `fd`.
 fn opened(fd: c_int, path: *const c_char) {
     let Some(h) = shm::owned(false) else { return };
+    // fstat and readlink: rare, timed in full.
+    let span = Span::start();
+    opened_in(h, fd, path);
+    span.end(h);
+}
+
+fn opened_in(h: &Header, fd: c_int, path: *const c_char) {
     if fd < 0 || path.is_null() {
         return;
     }
@@ -242,6 +250,8 @@ fn opened(fd: c_int, path: *const c_char) {
 /// `n` bytes read from `fd` in `ns`.
 fn did_read(fd: c_int, n: isize, ns: u64) {
     let Some(h) = shm::owned(false) else { return };
+    // The two reads of `timed`, on every read call.
+    cost::add(h, cost::reads_ns(2, 0));
     let Some(fs) = h.fds.get(fd as usize) else {
         return;
     };
@@ -249,6 +259,8 @@ fn did_read(fd: c_int, n: isize, ns: u64) {
     if file == 0 || n < 0 {
         return;
     }
+    // A followed file's read names its op (process_vm_readv): timed.
+    let span = Span::start();
     let n = n as u64;
     fs.bytes.fetch_add(n, Ordering::Relaxed);
     thread::on_read(h, n, ns);
@@ -257,6 +269,7 @@ fn did_read(fd: c_int, n: isize, ns: u64) {
         r.reads.fetch_add(1, Ordering::Relaxed);
         r.read_ns.fetch_add(ns, Ordering::Relaxed);
     }
+    span.end(h);
 }
 
 fn closing(fd: c_int) {

@@ -62,6 +62,7 @@ extern "C" fn init() {
     if unsafe { libc::pthread_atfork(None, None, Some(on_fork_child)) } != 0 {
         return;
     }
+    crate::cost::calibrate();
     HEADER.store(h, Ordering::Release);
 }
 

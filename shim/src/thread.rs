@@ -6,6 +6,7 @@ use core::cell::Cell;
 use core::sync::atomic::Ordering;
 
 use crate::abi::{self, Header, NodeAttr, ThreadSlot};
+use crate::cost;
 
 /// Not looked up yet / no row (table full).
 const UNSET: u32 = u32::MAX;
@@ -27,6 +28,8 @@ pub struct ThreadState {
     py_depth: Cell<u32>,
     py_wall0: Cell<u64>,
     py_cpu0: Cell<u64>,
+    /// record_stop calls, for timing one in `cost::SELF_TIME_EVERY`.
+    stops: Cell<u32>,
 }
 
 const STACK: usize = 32;
@@ -44,6 +47,7 @@ thread_local! {
             py_depth: Cell::new(0),
             py_wall0: Cell::new(0),
             py_cpu0: Cell::new(0),
+            stops: Cell::new(0),
         }
     };
 }
@@ -183,28 +187,60 @@ fn node_row<'s>(h: &Header, s: &'s ThreadSlot, node: u64) -> Option<&'s NodeAttr
 pub fn on_record_stop(h: &Header, node: u64) {
     let _ = STATE.try_with(|st| {
         let now = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        let last = st.last_cpu.replace(now);
-        let (gil_ns, gil_waits, io) = (
-            st.seg_gil_ns.replace(0),
-            st.seg_gil_waits.replace(0),
-            st.seg_io.replace(0),
-        );
-        // The first stop of a thread: what came before is not known to
-        // belong to this node.
-        if last == 0 || node == 0 {
-            return;
+        book_stop(h, st, node, now);
+        // The hook's own time, from its entry read to here (see cost.rs).
+        let k = st.stops.get().wrapping_add(1);
+        st.stops.set(k);
+        if k % cost::SELF_TIME_EVERY == 0 {
+            let dt = clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).saturating_sub(now);
+            add_hook(h, st, dt.saturating_mul(u64::from(cost::SELF_TIME_EVERY)));
         }
-        let Some(s) = slot(h, st) else { return };
-        let Some(n) = node_row(h, s, node) else {
-            return;
-        };
-        n.cpu_ns
-            .fetch_add(now.saturating_sub(last), Ordering::Relaxed);
-        n.stops.fetch_add(1, Ordering::Relaxed);
-        n.gil_wait_ns.fetch_add(gil_ns, Ordering::Relaxed);
-        n.gil_waits.fetch_add(gil_waits, Ordering::Relaxed);
-        n.io_bytes.fetch_add(io, Ordering::Relaxed);
     });
+}
+
+/// Books the stretch that ended at `now` (thread CPU) to `node`.
+fn book_stop(h: &Header, st: &ThreadState, node: u64, now: u64) {
+    let last = st.last_cpu.replace(now);
+    let (gil_ns, gil_waits, io) = (
+        st.seg_gil_ns.replace(0),
+        st.seg_gil_waits.replace(0),
+        st.seg_io.replace(0),
+    );
+    // The first stop of a thread: what came before is not known to
+    // belong to this node.
+    if last == 0 || node == 0 {
+        return;
+    }
+    let Some(s) = slot(h, st) else { return };
+    let Some(n) = node_row(h, s, node) else {
+        return;
+    };
+    n.cpu_ns
+        .fetch_add(now.saturating_sub(last), Ordering::Relaxed);
+    n.stops.fetch_add(1, Ordering::Relaxed);
+    n.gil_wait_ns.fetch_add(gil_ns, Ordering::Relaxed);
+    n.gil_waits.fetch_add(gil_waits, Ordering::Relaxed);
+    n.io_bytes.fetch_add(io, Ordering::Relaxed);
+}
+
+/// Adds `ns` of the shim's own time to this thread's row (see cost.rs).
+pub fn add_hook_ns(h: &Header, ns: u64) {
+    let _ = STATE.try_with(|st| add_hook(h, st, ns));
+}
+
+fn add_hook(h: &Header, st: &ThreadState, ns: u64) {
+    // Only a thread that has a row already: the shim's own cost must not
+    // claim rows (a thread that only reads pipes and sockets would take
+    // one for life).
+    let i = st.slot.get();
+    if i == UNSET || i == NONE {
+        return;
+    }
+    if let Some(s) = h.threads.get(i as usize) {
+        // Only this thread writes its row's hook_ns: no locked add needed.
+        let v = s.hook_ns.load(Ordering::Relaxed);
+        s.hook_ns.store(v.wrapping_add(ns), Ordering::Relaxed);
+    }
 }
 
 /// A GIL acquisition that took `ns`.
@@ -258,6 +294,8 @@ pub fn py_leave(h: &Header) {
         .flatten();
     if let Some(ns) = off_cpu {
         on_gil_wait(h, ns);
+        // The outermost Ensure's two reads and these two.
+        add_hook_ns(h, cost::reads_ns(2, 2));
     }
 }
 

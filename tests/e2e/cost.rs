@@ -8,7 +8,7 @@ use std::process::Output;
 use plumber_collector::proto::PipelineSnapshot;
 
 use crate::harness::*;
-use crate::pipelines::{Expect, DEMO, INTERLEAVE, PY_FUNCTION, TFRECORD_IMAGE};
+use crate::pipelines::{Expect, DEMO, INTERLEAVE, PADDED_BATCH, PY_FUNCTION, TFRECORD_IMAGE};
 
 /// A `--pid` recording of `w` with `extra` arguments, its output kept.
 fn record_out(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Output {
@@ -62,7 +62,8 @@ fn check_consistent(who: &str, s: &PipelineSnapshot, j: &serde_json::Value) {
     assert_eq!(j["target_cpu_ns"].as_i64(), Some(o.target_cpu_ns), "{who}");
     assert_eq!(j["trap_hits"].as_i64(), Some(o.trap_hits), "{who}");
     assert!(o.target_cpu_ns > 0, "{who}: no target CPU in the window");
-    let parts = (o.bpf_ns + o.trap_ns + o.probe_cpu_ns) as f64;
+    assert_eq!(j["shim_ns"].as_i64(), Some(o.shim_ns), "{who}");
+    let parts = (o.bpf_ns + o.trap_ns + o.shim_ns + o.probe_cpu_ns) as f64;
     assert_close(
         &format!("{who}: target_share x target_cpu_ns vs its parts"),
         o.target_share * o.target_cpu_ns as f64,
@@ -125,10 +126,13 @@ fn default_mode_reports_its_cost_consistently_and_within_1_percent() {
     for e in [&DEMO, &TFRECORD_IMAGE, &INTERLEAVE] {
         check_default(e, true);
     }
-    // py_function's GIL probes trap 3x more in some runs than in others
-    // (0.08-0.28% of its CPU in traps, 0.7-1.1% in all with the debug
-    // binary the tests run): over the budget it must say so and thin.
+    // py_function and padded_batch (the variable-length "text" sequences,
+    // thousands of batches a second) are at 0.7-1.15% with the debug
+    // binary the tests run, whose own process costs them ~0.67% against
+    // ~0.17% for a release build (0.40-0.53% and 0.75% in all, thinned):
+    // over the budget it must say so and thin.
     check_default(&PY_FUNCTION, false);
+    check_default(&PADDED_BATCH, false);
 }
 
 #[test]
@@ -202,9 +206,17 @@ fn run_reports_its_cost() {
     let j = overhead(&out);
     check_consistent("run", &s, &j);
     let c = s.probe_overhead.as_ref().expect("checked");
+    eprintln!("run: {line}");
     assert!(c.probe_cpu_ns > 0, "{c:?}");
+    // The shim's time in its hooks is counted, and is a part of the line.
+    assert!(c.shim_ns > 0, "run counts no shim time: {line}");
+    assert!(line.contains("shim hooks "), "{line}");
+    // Not held to the 1% budget here: a 6 s recording with the debug
+    // probe (its start weighs more), about 1% on the demo, mostly the
+    // shim's thread-CPU clock reads in record_stop.
     assert!(
-        c.thinned.iter().any(|t| t.contains("shim's own time")),
-        "run says what its cost leaves out: {line}"
+        c.target_share <= 0.03,
+        "run cost {:.2}% of the target's CPU: {line}",
+        100.0 * c.target_share
     );
 }

@@ -13,6 +13,9 @@
 //!   entry probe and a return probe on one function are two traps per
 //!   call, as they are in the kernel (the return probe's trap is on the
 //!   trampoline, taken once per call);
+//! - `shim_ns` (`plumber-probe run`): the shim's own time in the target,
+//!   its hooks and their clock reads, as the shim counts it per thread
+//!   (`shim/src/cost.rs`);
 //! - `probe_cpu_ns`: our own process's CPU (every thread, the sampler's
 //!   included): it competes with the target for the same cores.
 //!
@@ -38,10 +41,6 @@ pub use thin::{Lever, Thin};
 
 /// The default budget: 1% of the target's CPU.
 pub const DEFAULT_BUDGET: f64 = 0.01;
-
-/// What `plumber-probe run`'s cost leaves out, as `thinned` says it.
-pub const SHIM_NOT_MEASURED: &str =
-    "not measured: the shim's own time in the target (its hooks and clock reads); the cost is the probe process's";
 
 /// Where the projection's rates start: past the first attribution window
 /// (it opens at the first poll and is over within a second), the probe's
@@ -137,6 +136,8 @@ struct State {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Reading {
     target_cpu_ns: u64,
+    /// The shim's time in the target, cumulative (0: none).
+    shim_ns: u64,
     probe_cpu_ns: u64,
     /// (run_cnt, run_time_ns) of each program, in `State::progs` order.
     progs: Vec<(u64, u64)>,
@@ -192,9 +193,10 @@ impl Meter {
         Meter::new((progs, fds), stats, trap_cost_ns, opts, notes)
     }
 
-    /// A meter of the probe process's CPU alone, with `notes` saying what
-    /// it leaves out (`plumber-probe run`: the shim's time in the target).
-    pub fn probe_only(budget: f64, notes: Vec<String>) -> Meter {
+    /// `plumber-probe run`'s meter: no BPF, no traps; the shim's time in
+    /// the target (the source's `in_target_ns`) and the probe process's
+    /// CPU.
+    pub fn shim(budget: f64) -> Meter {
         let opts = CostOpts {
             budget,
             levers: Vec::new(),
@@ -202,7 +204,7 @@ impl Meter {
             explicit: None,
             duration: None,
         };
-        Meter::new(Default::default(), None, 0, opts, notes)
+        Meter::new(Default::default(), None, 0, opts, Vec::new())
     }
 
     fn new(
@@ -236,15 +238,22 @@ impl Meter {
     }
 
     /// At each poll, with the target's CPU time then (None: not read, the
-    /// poll is skipped). The first is the baseline; the `last` thins
-    /// nothing (nothing is left to save).
-    pub fn on_poll(&self, target_cpu_ns: Option<u64>, since_window: Duration, last: bool) {
+    /// poll is skipped) and the source's cumulative time in the target
+    /// (`Source::in_target_ns`). The first is the baseline; the `last`
+    /// thins nothing (nothing is left to save).
+    pub fn on_poll(
+        &self,
+        target_cpu_ns: Option<u64>,
+        shim_ns: Option<u64>,
+        since_window: Duration,
+        last: bool,
+    ) {
         let Some(target_cpu_ns) = target_cpu_ns else {
             return;
         };
         let mut guard = self.0.borrow_mut();
         let s = &mut *guard;
-        let now = s.read(target_cpu_ns);
+        let now = s.read(target_cpu_ns, shim_ns.unwrap_or(0));
         let Some(base) = &s.base else {
             s.base = Some(now);
             return;
@@ -257,6 +266,7 @@ impl Meter {
             projected,
             bpf_ns = est.bpf_ns,
             trap_ns = est.trap_ns,
+            shim_ns = est.shim_ns,
             probe_cpu_ns = est.probe_cpu_ns,
             target_cpu_ns = est.target_cpu_ns,
             "probe cost"
@@ -296,9 +306,10 @@ impl Meter {
 const MIN_TRAP_NS: u64 = 20;
 
 impl State {
-    fn read(&self, target_cpu_ns: u64) -> Reading {
+    fn read(&self, target_cpu_ns: u64, shim_ns: u64) -> Reading {
         Reading {
             target_cpu_ns,
+            shim_ns,
             probe_cpu_ns: crate::clock::own_cpu_ns().unwrap_or(0),
             progs: self
                 .fds
@@ -374,6 +385,7 @@ fn cost_between(
         trap_hits,
         trap_ns: trap_hits.saturating_mul(trap_cost_ns),
         trap_cost_ns,
+        shim_ns: now.shim_ns.saturating_sub(base.shim_ns),
         probe_cpu_ns: now.probe_cpu_ns.saturating_sub(base.probe_cpu_ns),
         budget,
         probes,

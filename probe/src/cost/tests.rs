@@ -17,11 +17,13 @@ fn parts_are_the_differences_and_sum_to_the_share() {
     ];
     let base = Reading {
         target_cpu_ns: 1_000_000_000,
+        shim_ns: 0,
         probe_cpu_ns: 50_000_000,
         progs: vec![(100, 10_000), (1_000, 50_000), (7, 70)],
     };
     let now = Reading {
         target_cpu_ns: 11_000_000_000,
+        shim_ns: 0,
         probe_cpu_ns: 60_000_000,
         progs: vec![(20_100, 2_010_000), (101_000, 5_050_000), (7, 70)],
     };
@@ -48,11 +50,13 @@ fn counters_that_go_back_count_nothing() {
     let progs = [prog("p", true)];
     let base = Reading {
         target_cpu_ns: 5,
+        shim_ns: 5,
         probe_cpu_ns: 5,
         progs: vec![(10, 10)],
     };
     let now = Reading {
         target_cpu_ns: 4,
+        shim_ns: 4,
         probe_cpu_ns: 4,
         progs: vec![(1, 1)],
     };
@@ -65,7 +69,7 @@ fn counters_that_go_back_count_nothing() {
 #[test]
 fn over_budget_pulls_one_lever_per_span_then_warns() {
     let thin = Thin::default();
-    let meter = Meter::probe_only(0.0001, Vec::new());
+    let meter = Meter::shim(0.0001);
     {
         let mut s = meter.0.borrow_mut();
         s.opts.levers = vec![Lever::Windows, Lever::Sampling];
@@ -78,7 +82,7 @@ fn over_budget_pulls_one_lever_per_span_then_warns() {
     let mut poll = |secs: u64, last: bool| {
         burn();
         target += 1_000_000;
-        meter.on_poll(Some(target), Duration::from_secs(secs), last);
+        meter.on_poll(Some(target), None, Duration::from_secs(secs), last);
     };
     poll(0, false);
     // Before the mark, and before a span of rates: nothing is thinned.
@@ -134,19 +138,37 @@ fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
 
 #[test]
 fn no_cost_without_two_polls_and_restart_forgets_the_baseline() {
-    let meter = Meter::probe_only(0.01, vec!["not measured: x".into()]);
+    let meter = Meter::shim(0.01);
     assert!(meter.finish().is_none());
-    meter.on_poll(Some(0), Duration::ZERO, false);
+    meter.on_poll(Some(0), None, Duration::ZERO, false);
     assert!(meter.finish().is_none());
-    meter.on_poll(Some(1_000_000_000), Duration::from_secs(1), false);
+    meter.on_poll(Some(1_000_000_000), None, Duration::from_secs(1), false);
     let c = meter.finish().expect("two polls");
     assert_eq!(c.target_cpu_ns, 1_000_000_000);
-    assert_eq!(c.thinned, ["not measured: x"]);
+    assert!(c.thinned.is_empty());
     meter.restart();
     assert!(meter.finish().is_none());
     // A poll whose target CPU was not read is skipped.
-    meter.on_poll(None, Duration::ZERO, false);
-    meter.on_poll(Some(7), Duration::ZERO, false);
-    meter.on_poll(Some(9), Duration::ZERO, false);
+    meter.on_poll(None, None, Duration::ZERO, false);
+    meter.on_poll(Some(7), None, Duration::ZERO, false);
+    meter.on_poll(Some(9), None, Duration::ZERO, false);
     assert_eq!(meter.finish().map(|c| c.target_cpu_ns), Some(2));
+}
+
+#[test]
+fn the_shims_time_is_a_part_of_the_share() {
+    // `run`: the shim's cumulative hook time, as its difference.
+    let meter = Meter::shim(0.01);
+    meter.on_poll(Some(1_000_000_000), Some(4_000_000), Duration::ZERO, false);
+    meter.on_poll(
+        Some(3_000_000_000),
+        Some(10_000_000),
+        Duration::from_secs(1),
+        false,
+    );
+    let c = meter.finish().expect("two polls");
+    assert_eq!(c.shim_ns, 6_000_000);
+    let parts = (c.bpf_ns + c.trap_ns + c.shim_ns + c.probe_cpu_ns) as f64;
+    assert!((c.target_share() * c.target_cpu_ns as f64 - parts).abs() < 1.0);
+    assert!(c.target_share() >= 0.003);
 }

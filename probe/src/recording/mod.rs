@@ -160,6 +160,12 @@ pub trait Source {
         let _ = has_duration;
         (true, "target exited")
     }
+    /// The source's own time inside the target so far, ns, cumulative
+    /// (`run`'s shim: its hooks and their clock reads); None when the
+    /// source runs nothing there.
+    fn in_target_ns(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The loop's settings.
@@ -325,7 +331,7 @@ impl LoopState {
             Instant::now()
         });
         if let Some(m) = &opts.cost {
-            m.on_poll(target_cpu, start.elapsed(), last);
+            m.on_poll(target_cpu, source.in_target_ns(), start.elapsed(), last);
         }
         source.after_poll(sink, mono_ns, first)?;
         self.progress.tick(

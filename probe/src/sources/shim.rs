@@ -393,6 +393,16 @@ impl Source for ShimSource<'_> {
     }
 
     /// The command exiting ends a recording without a duration as asked.
+    fn in_target_ns(&self) -> Option<u64> {
+        Some(
+            self.h
+                .threads
+                .iter()
+                .map(|t| t.hook_ns.load(Ordering::Relaxed))
+                .fold(0u64, u64::wrapping_add),
+        )
+    }
+
     fn exit_end(&self, has_duration: bool) -> (bool, &'static str) {
         (has_duration, "command exited")
     }
