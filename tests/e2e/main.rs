@@ -10,6 +10,7 @@ mod faults;
 mod formats;
 mod harness;
 mod pipelines;
+mod python;
 mod shim;
 mod stacks;
 mod top;

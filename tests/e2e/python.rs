@@ -1,0 +1,238 @@
+//! Python frames in sampled stacks, against the interpreter's own view:
+//! tests/workloads/py_spin.py (pure Python) prints traceback.format_stack()
+//! from its innermost function and spins there; `plumber-probe stacks`
+//! samples it. For every CPython from 3.9 to 3.13 (pyenv's, in root's
+//! home as CI has them: a missing one fails the test) the sampled Python
+//! frames must be the traceback's functions, in its order, in its files.
+//! And an interpreter that cannot be read safely gives native stacks and
+//! one line saying so, never wrong names.
+
+use std::path::PathBuf;
+
+use crate::harness::*;
+
+const VERSIONS: &[&str] = &["3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"];
+
+fn pyenv_python(version: &str) -> PathBuf {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+    let p = root.join("versions").join(version).join("bin/python3");
+    assert!(
+        p.exists(),
+        "{} missing: install it with `pyenv install {version}` (CI has it)",
+        p.display()
+    );
+    p
+}
+
+/// A Python frame of a folded stack: (function, file, line).
+fn py_frame(f: &str) -> Option<(String, String, Option<u32>)> {
+    let (func, rest) = f.split_once(" (")?;
+    let inner = rest.strip_suffix(')')?;
+    if !inner.contains(".py") {
+        return None;
+    }
+    Some(match inner.rsplit_once(':') {
+        Some((file, line)) if line.parse::<u32>().is_ok() => {
+            (func.to_string(), file.to_string(), line.parse().ok())
+        }
+        _ => (func.to_string(), inner.to_string(), None),
+    })
+}
+
+/// The traceback the workload printed, outermost first: (function, file
+/// name, line).
+fn traceback(lines: &[String]) -> Vec<(String, String, u32)> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let l = l.trim().strip_prefix("File \"")?;
+            let (path, rest) = l.split_once("\", line ")?;
+            let (line, func) = rest.split_once(", in ")?;
+            let file = path.rsplit('/').next()?.to_string();
+            Some((func.to_string(), file, line.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `plumber-probe stacks` on a process: its folded lines and stderr.
+fn sample(pid: i32, extra: &[&str]) -> (Vec<(u32, Vec<String>, u64)>, String) {
+    let pid = pid.to_string();
+    let mut args = vec![
+        "stacks",
+        "--pid",
+        &pid,
+        "--duration",
+        "3",
+        "--sample-hz",
+        "99",
+    ];
+    args.extend_from_slice(extra);
+    let o = run_probe(&args);
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "plumber-probe stacks failed: {stderr}");
+    let stacks = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (stack, n) = l.rsplit_once(' ')?;
+            let mut frames = stack.split(';');
+            let tid = frames.next()?.strip_prefix("tid ")?.parse().ok()?;
+            Some((tid, frames.map(String::from).collect(), n.parse().ok()?))
+        })
+        .collect();
+    (stacks, stderr)
+}
+
+/// Samples py_spin.py under `python` and compares its main thread's
+/// Python frames with the traceback it printed.
+fn check_against_traceback(python: &std::path::Path, what: &str) {
+    let w = Workload::start_in(&[], python, "py_spin.py", &[]);
+    let want = traceback(&w.snapshot_lines());
+    assert!(
+        want.len() >= 5,
+        "{what}: no traceback in {:?}",
+        w.snapshot_lines()
+    );
+    let (stacks, stderr) = sample(w.pid, &[]);
+    assert!(
+        stderr.contains("Python frames in stacks"),
+        "{what}: interpreter not read: {stderr}"
+    );
+    let (mut main, mut full) = (0u64, 0u64);
+    for (tid, frames, n) in stacks.iter().filter(|s| s.0 == w.pid as u32) {
+        let got: Vec<_> = frames.iter().filter_map(|f| py_frame(f)).collect();
+        main += n;
+        assert!(
+            !frames
+                .iter()
+                .any(|f| f.contains("_PyEval_EvalFrameDefault")),
+            "{what}: an eval loop frame left in tid {tid}: {frames:?}"
+        );
+        // Every frame where the traceback has it: same function, same
+        // file; the callers' lines too (the leaf moves within its loop).
+        assert!(
+            got.len() <= want.len(),
+            "{what}: extra frames {got:?} vs {want:?}"
+        );
+        for (i, (g, t)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                (&g.0, &g.1),
+                (&t.0, &t.1),
+                "{what}: frame {i} of {got:?} vs {want:?}"
+            );
+            if i + 1 < got.len() {
+                assert_eq!(g.2, Some(t.2), "{what}: line of frame {i} in {got:?}");
+            }
+        }
+        if got.len() == want.len() {
+            full += n;
+        }
+    }
+    assert!(main >= 20, "{what}: {main} samples of the main thread");
+    assert!(
+        full * 10 >= main * 8,
+        "{what}: {full} of {main} main-thread samples carry the whole traceback"
+    );
+    // The second thread: its own functions, under threading's.
+    let worker: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.0 != w.pid as u32)
+        .flat_map(|s| s.1.iter().filter_map(|f| py_frame(f)))
+        .map(|f| (f.0, f.1))
+        .collect();
+    for want in [
+        ("run", "py_spin.py"),
+        ("step", "py_spin.py"),
+        ("_bootstrap", "threading.py"),
+    ] {
+        assert!(
+            worker.iter().any(|(f, file)| f == want.0 && file == want.1),
+            "{what}: no {want:?} in the worker's frames {worker:?}"
+        );
+    }
+}
+
+#[test]
+fn sampled_python_frames_match_the_traceback_3_9_to_3_13() {
+    require_root();
+    for v in VERSIONS {
+        check_against_traceback(&pyenv_python(v), &format!("CPython {v} (libpython)"));
+    }
+}
+
+/// CPython built into the python executable (no libpython): Debian's
+/// /usr/bin/python3 is, where the machine has one of 3.9-3.13.
+#[test]
+fn sampled_python_frames_of_a_static_interpreter() {
+    require_root();
+    let Ok(p) = std::fs::canonicalize("/usr/bin/python3") else {
+        eprintln!("no /usr/bin/python3: the static build is not available here");
+        return;
+    };
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let minor: u32 = name
+        .strip_prefix("python3.")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if !(9..=13).contains(&minor) {
+        eprintln!("{} is not 3.9-3.13: not tested", p.display());
+        return;
+    }
+    let ldd = std::process::Command::new("ldd")
+        .arg(&p)
+        .output()
+        .expect("ldd");
+    if String::from_utf8_lossy(&ldd.stdout).contains("libpython") {
+        eprintln!("{} links libpython: covered by the pyenv test", p.display());
+        return;
+    }
+    check_against_traceback(&p, &format!("{} (static)", p.display()));
+}
+
+/// Offsets that are wrong, and a version without offsets: native stacks as
+/// without Python frames, one line on stderr, no names made up.
+#[test]
+fn unreadable_interpreters_give_native_stacks_and_one_line() {
+    require_root();
+    let cases: [(PathBuf, &[&str], &str); 2] = [
+        (
+            pyenv_python("3.11.7"),
+            &["--skew-python-offsets"],
+            "do not look as expected",
+        ),
+        (pyenv_python("3.8.18"), &[], "CPython 3.8 is not supported"),
+    ];
+    for (python, extra, why) in cases {
+        let w = Workload::start_in(&[], &python, "py_spin.py", &[]);
+        let (stacks, stderr) = sample(w.pid, extra);
+        let notes: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("python:"))
+            .collect();
+        assert_eq!(notes.len(), 1, "one line about Python: {stderr}");
+        assert!(
+            notes[0].starts_with("python: native frames only (") && notes[0].contains(why),
+            "{}",
+            notes[0]
+        );
+        let total: u64 = stacks.iter().map(|s| s.2).sum();
+        assert!(total >= 10, "{total} samples");
+        for (_, frames, _) in &stacks {
+            assert!(
+                frames.iter().all(|f| py_frame(f).is_none()),
+                "a Python frame with an unreadable interpreter: {frames:?}"
+            );
+        }
+        // Native frames as today: the interpreter's eval loop is there.
+        assert!(
+            stacks
+                .iter()
+                .any(|s| s.1.iter().any(|f| f.contains("_PyEval_EvalFrameDefault"))),
+            "no native interpreter frames: {stacks:?}"
+        );
+    }
+}
