@@ -58,6 +58,25 @@ struct {
 	__type(value, struct py_tstate_cache);
 } py_tstates SEC(".maps");
 
+/* What the walk costs the target, read by user space: walks, ns spent in
+ * them, frames copied. Per CPU, summed by the reader. */
+enum py_stat { PY_STAT_WALKS = 0, PY_STAT_NS = 1, PY_STAT_FRAMES = 2, PY_STAT__COUNT = 3 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PY_STAT__COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} py_stats SEC(".maps");
+
+static __always_inline void py_stat_add(__u32 what, __u64 v)
+{
+	__u64 *p = bpf_map_lookup_elem(&py_stats, &what);
+
+	if (p)
+		*p += v;
+}
+
 static __always_inline __u64 py_read_u64(__u64 addr)
 {
 	__u64 v = 0;
@@ -113,12 +132,16 @@ static __always_inline void py_frames(struct ps_sample *s)
 	s->py_entry = 0;
 	if (!py_cfg.interp)
 		return;
+	__u64 t0 = bpf_ktime_get_ns();
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u64 self = BPF_CORE_READ(task, thread.fsbase);
 	__u64 ts = py_thread_state(tid, self);
 
-	if (!ts)
+	if (!ts) {
+		py_stat_add(PY_STAT_WALKS, 1);
+		py_stat_add(PY_STAT_NS, bpf_ktime_get_ns() - t0);
 		return;
+	}
 	__u64 f = py_read_u64(ts + py_cfg.ts_frame);
 
 	if (f && py_cfg.cframe_frame != PY_NONE)
@@ -163,6 +186,9 @@ static __always_inline void py_frames(struct ps_sample *s)
 	if (f && !(s->py_flags & PS_PY_READ_FAILED))
 		s->py_flags |= PS_PY_TRUNCATED;
 	s->py_count = n;
+	py_stat_add(PY_STAT_WALKS, 1);
+	py_stat_add(PY_STAT_NS, bpf_ktime_get_ns() - t0);
+	py_stat_add(PY_STAT_FRAMES, n);
 }
 
 #endif

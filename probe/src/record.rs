@@ -308,11 +308,11 @@ fn finish_sampler(
                 ],
             })?;
             format!(
-                "{}: {} of {} samples ({} code objects)",
+                "{}: {} of {} samples, {} ns each in the target",
                 p.note,
                 p.samples,
                 sampled.samples + sampled.wait_samples,
-                p.code_objects
+                p.ns_per_walk()
             )
         }
         None => python_note,

@@ -331,6 +331,16 @@ fn worker(
     out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
+    if let Some(p) = &mut out.python {
+        match sbpf.python_stats() {
+            Ok(v) => {
+                p.walks = v.first().copied().unwrap_or(0);
+                p.walk_ns = v.get(1).copied().unwrap_or(0);
+                p.walk_frames = v.get(2).copied().unwrap_or(0);
+            }
+            Err(e) => warn!("python walk statistics not read: {e}"),
+        }
+    }
     match sbpf.drops() {
         Ok(counts) => out.drops.extend(
             counts
@@ -563,6 +573,7 @@ fn python_summary(py: &PyFrames) -> sampled::PythonSummary {
         read_failed: py.read_failed,
         unnamed_frames: py.names.bad,
         code_objects: py.names.decoded,
+        ..Default::default()
     }
 }
 

@@ -29,6 +29,10 @@ pub struct StacksArgs {
     /// validation that must refuse them).
     #[arg(long, hide = true)]
     skew_python_offsets: bool,
+    /// Native frames only, as without an interpreter (to measure what the
+    /// Python frames cost).
+    #[arg(long)]
+    no_python: bool,
 }
 
 pub fn run(a: &StacksArgs) -> Result<ExitCode> {
@@ -44,14 +48,28 @@ pub fn run(a: &StacksArgs) -> Result<ExitCode> {
             .and_then(|p| PyProcess::attach_with(a.pid, Some(crate::python::skewed(p.offsets)))),
     };
     let (py, note) = match py {
+        _ if a.no_python => (None, "python: native frames only (--no-python)".to_string()),
         Ok(p) => (Some(p.clone()), p.note()),
         Err(e) => (None, format!("python: native frames only ({e})")),
     };
+    // The sampling program's own run time, as the recording's cost meter
+    // reads it (the kernel's BPF statistics).
+    let stats_on = crate::bpf::stats::enable_run_time_stats().ok();
     let sampler = Sampler::spawn(a.pid, a.sample_hz, Thin::default(), py)?
         .ready()
         .context("starting the stack sampler")?;
+    let prog = sampler
+        .program_id()
+        .and_then(crate::bpf::stats::open_program);
+    let run = |p: &Option<std::os::fd::OwnedFd>| {
+        p.as_ref()
+            .and_then(|fd| crate::bpf::stats::run_stats(std::os::fd::AsFd::as_fd(fd)))
+    };
+    let before = run(&prog);
     std::thread::sleep(Duration::from_secs_f64(a.duration));
+    let after = run(&prog);
     let s = sampler.finish();
+    drop(stats_on);
     let mut lines: Vec<String> = s
         .stacks
         .iter()
@@ -70,10 +88,26 @@ pub fn run(a: &StacksArgs) -> Result<ExitCode> {
         writeln!(out, "{l}")?;
     }
     eprintln!("{note}");
+    if let (Some((n0, t0)), Some((n1, t1))) = (before, after) {
+        let samples = s.samples.max(1);
+        eprintln!(
+            "sampler BPF: {} runs, {} ns in all, {} ns per sample of the target",
+            n1 - n0,
+            t1 - t0,
+            (t1 - t0) / samples
+        );
+    }
     if let Some(p) = &s.python {
         eprintln!(
-            "python: {} of {} samples with Python frames, {} frames unnamed",
-            p.samples, s.samples, p.unnamed_frames
+            "python: {} of {} samples with Python frames, {} frames unnamed, \
+             {} code objects; BPF walk {} ns per sample ({} walks, {:.1} frames each)",
+            p.samples,
+            s.samples,
+            p.unnamed_frames,
+            p.code_objects,
+            p.ns_per_walk(),
+            p.walks,
+            p.walk_frames as f64 / p.walks.max(1) as f64
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -236,3 +236,120 @@ fn unreadable_interpreters_give_native_stacks_and_one_line() {
         );
     }
 }
+
+/// The line range of `def NAME(` in a workload, to its last line (the
+/// next line at the same or a lower indent).
+fn function_lines(script: &str, name: &str) -> std::ops::RangeInclusive<u32> {
+    let text =
+        std::fs::read_to_string(repo().join("tests/workloads").join(script)).expect("script");
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with(&format!("def {name}(")))
+        .expect("def");
+    let indent = lines[start].len() - lines[start].trim_start().len();
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| !l.trim().is_empty() && l.len() - l.trim_start().len() <= indent)
+        .map_or(lines.len(), |n| start + 1 + n);
+    (start as u32 + 1)..=(end as u32)
+}
+
+/// tf.py_function with a heavy UDF (100,000 iterations an element): the
+/// map op's on-CPU samples carry the UDF's frame, with its file and a
+/// line of its body, under PyFuncOp::Compute; the main thread's carry the
+/// training loop; locks.folded has GIL waits inside the UDF, under
+/// PyFuncOp::Compute under the map op.
+#[test]
+fn python_frames_on_the_py_function_workload() {
+    require_root();
+    let w = Workload::start("py_function.py", &["--pyiters", "100000"]);
+    let out = tempdir("python-pyfunc");
+    let pid = w.pid.to_string();
+    let o = run_probe(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "8",
+        "--output",
+        out.to_str().expect("utf8"),
+        "-q",
+        "--sample-hz",
+        "49",
+    ]);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("python: CPython 3.") && l.contains("Python frames")),
+        "{stdout}"
+    );
+    let body = function_lines("py_function.py", "py_loop");
+    let udf = |s: &str| {
+        s.split(';').any(|f| {
+            py_frame(f).is_some_and(|(func, file, line)| {
+                func == "py_loop"
+                    && file == "py_function.py"
+                    && line.is_some_and(|l| body.contains(&l))
+            })
+        })
+    };
+    let read = |name: &str| -> Vec<(String, u64)> {
+        std::fs::read_to_string(out.join(name))
+            .expect("folded")
+            .lines()
+            .filter_map(|l| {
+                let (s, n) = l.rsplit_once(' ')?;
+                Some((s.to_string(), n.parse().ok()?))
+            })
+            .collect()
+    };
+    let cpu = read("cpu.folded");
+    let sum = |v: &[(String, u64)], f: &dyn Fn(&str) -> bool| -> u64 {
+        v.iter().filter(|(s, _)| f(s)).map(|(_, n)| n).sum()
+    };
+    let map = sum(&cpu, &|s| s.starts_with("[ParallelMapV2];"));
+    let map_udf = sum(&cpu, &|s| {
+        s.starts_with("[ParallelMapV2];") && s.contains("PyFuncOp::Compute") && udf(s)
+    });
+    eprintln!("map op: {map_udf} of {map} ns on CPU carry py_loop");
+    assert!(map > 0, "no map op samples");
+    assert!(
+        map_udf as f64 >= 0.9 * map as f64,
+        "{map_udf} of {map} ns of the map op's samples carry the UDF's frame"
+    );
+    let main = sum(&cpu, &|s| {
+        !s.starts_with("[ParallelMapV2];") && s.contains(";_start;")
+    });
+    let main_loop = sum(&cpu, &|s| {
+        !s.starts_with("[ParallelMapV2];")
+            && s.contains(";_start;")
+            && s.contains(";run (common.py:")
+    });
+    eprintln!("main thread: {main_loop} of {main} ns in the training loop");
+    assert!(
+        main > 0 && main_loop as f64 >= 0.8 * main as f64,
+        "{main_loop} of {main}"
+    );
+    let locks = read("locks.folded");
+    let gil_in_udf = sum(&locks, &|s| {
+        s.starts_with("[ParallelMapV2];")
+            && s.ends_with(";[lock: gil]")
+            && s.contains("PyFuncOp::Compute")
+            && udf(s)
+    });
+    assert!(
+        gil_in_udf > 0,
+        "no GIL wait inside the UDF under PyFuncOp::Compute"
+    );
+    let svg = std::fs::read_to_string(out.join("locks.svg")).expect("locks.svg");
+    assert!(
+        svg.contains("py_loop (py_function.py:"),
+        "locks.svg lacks the UDF"
+    );
+}

@@ -279,6 +279,13 @@ impl<'obj> SampleBpf<'obj> {
             .map_err(|e| SampleBpfError::Map("sample_drops", e))
     }
 
+    /// The Python walk's own statistics (bpf/python.h `py_stats`): walks,
+    /// ns spent in them, frames copied.
+    pub fn python_stats(&self) -> Result<Vec<u64>, SampleBpfError> {
+        super::maps::percpu_counters(&self.skel.maps.py_stats, 3)
+            .map_err(|e| SampleBpfError::Map("py_stats", e))
+    }
+
     /// A kernel stack recorded by the program (innermost first).
     pub fn kernel_stack(&self, id: i64) -> Vec<u64> {
         super::maps::stack_addrs(&self.skel.maps.kstacks, id)

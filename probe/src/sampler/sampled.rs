@@ -60,6 +60,17 @@ pub struct PythonSummary {
     pub unnamed_frames: u64,
     /// Code objects decoded (each once while it lives).
     pub code_objects: u64,
+    /// The BPF walk: how many, their time in the target, frames copied.
+    pub walks: u64,
+    pub walk_ns: u64,
+    pub walk_frames: u64,
+}
+
+impl PythonSummary {
+    /// Mean ns one walk cost the target (0 without walks).
+    pub fn ns_per_walk(&self) -> u64 {
+        self.walk_ns / self.walks.max(1)
+    }
 }
 
 impl SampledStacks {
