@@ -24,6 +24,10 @@
 /* How long a thread's tstate (or its absence) is trusted, ns: a pool
  * thread of tf.py_function gets a new one at every call. */
 #define PY_TSTATE_TTL_NS 200000000ull
+/* Bytes of a frame read at once (all the fields the walk needs are in
+ * them: probe/src/python/ checks), and the mask that keeps an offset in. */
+#define PY_FRAME_READ 128
+#define PY_FRAME_MASK 127
 
 /* Mirrored by probe/src/python/config.rs. */
 struct py_cfg {
@@ -41,7 +45,7 @@ struct py_cfg {
 	__u32 f_instr;		/* <= 3.10: f_lasti (int); else the instruction pointer */
 	__u32 f_owner;		/* 3.12+: owner (char), else PY_NONE */
 	__u32 f_is_entry;	/* 3.11: is_entry (bool), else PY_NONE */
-	__u32 _pad;
+	__u32 f_read;		/* bytes of a frame to read: past every field above */
 };
 
 const volatile struct py_cfg py_cfg = {};
@@ -152,35 +156,32 @@ static __always_inline void py_frames(struct ps_sample *s)
 	 * 3.12+: the eval loop's own entry frames (owned by the C stack) take
 	 * a slot with code 0: user space ends a group there. */
 	for (n = 0; n < PS_PY_FRAMES && f; n++) {
+		/* The frame's head in one read: each read is most of a
+		 * field's cost. Offsets are masked into the buffer (user space
+		 * keeps them below PY_FRAME_READ anyway). */
+		__u8 b[PY_FRAME_READ + 8] = {};
+		__u32 len = py_cfg.f_read;
 		__u64 code = 0, prev = 0, instr = 0;
 
-		if (bpf_probe_read_user(&code, sizeof(code), (void *)(f + py_cfg.f_code)) ||
-		    bpf_probe_read_user(&prev, sizeof(prev), (void *)(f + py_cfg.f_previous))) {
+		if (len > PY_FRAME_READ)
+			len = PY_FRAME_READ;
+		if (len < 8 || bpf_probe_read_user(b, len, (void *)f)) {
 			s->py_flags |= PS_PY_READ_FAILED;
 			break;
 		}
-		if (py_cfg.f_owner != PY_NONE) {
-			__u8 owner = 0;
-
-			bpf_probe_read_user(&owner, 1, (void *)(f + py_cfg.f_owner));
-			if (owner == PY_OWNED_BY_CSTACK)
-				code = 0;
-		}
-		if (code) {
-			if (py_cfg.minor <= 10)
-				bpf_probe_read_user(&instr, 4, (void *)(f + py_cfg.f_instr));
-			else
-				bpf_probe_read_user(&instr, 8, (void *)(f + py_cfg.f_instr));
-		}
-		if (py_cfg.f_is_entry != PY_NONE) {
-			__u8 entry = 0;
-
-			bpf_probe_read_user(&entry, 1, (void *)(f + py_cfg.f_is_entry));
-			if (entry)
-				s->py_entry |= 1ull << n;
-		}
+		__builtin_memcpy(&code, b + (py_cfg.f_code & PY_FRAME_MASK), 8);
+		__builtin_memcpy(&prev, b + (py_cfg.f_previous & PY_FRAME_MASK), 8);
+		if (py_cfg.f_owner != PY_NONE &&
+		    b[py_cfg.f_owner & PY_FRAME_MASK] == PY_OWNED_BY_CSTACK)
+			code = 0;
+		if (py_cfg.minor <= 10)
+			__builtin_memcpy(&instr, b + (py_cfg.f_instr & PY_FRAME_MASK), 4);
+		else
+			__builtin_memcpy(&instr, b + (py_cfg.f_instr & PY_FRAME_MASK), 8);
+		if (py_cfg.f_is_entry != PY_NONE && b[py_cfg.f_is_entry & PY_FRAME_MASK])
+			s->py_entry |= 1ull << n;
 		s->py[n].code = code;
-		s->py[n].instr = instr;
+		s->py[n].instr = code ? instr : 0;
 		f = prev;
 	}
 	if (f && !(s->py_flags & PS_PY_READ_FAILED))

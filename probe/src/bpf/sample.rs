@@ -49,7 +49,7 @@ macro_rules! py_cfg {
                     f_instr: c.f_instr,
                     f_owner: c.f_owner,
                     f_is_entry: c.f_is_entry,
-                    ..Default::default()
+                    f_read: c.f_read,
                 }
             }
         }

@@ -53,7 +53,13 @@ pub struct PyConfig {
     pub f_instr: u32,
     pub f_owner: u32,
     pub f_is_entry: u32,
+    /// Bytes of a frame the walk reads at once (bpf/python.h
+    /// PY_FRAME_READ at most).
+    pub f_read: u32,
 }
+
+/// bpf/python.h PY_FRAME_READ.
+const FRAME_READ: u32 = 128;
 
 /// A validated interpreter.
 #[derive(Debug, Clone)]
@@ -118,6 +124,22 @@ impl PyProcess {
         } else {
             it.py_runtime
         };
+        // One read covers every field of a frame the walk uses.
+        let f_read = [
+            off.f_previous,
+            off.f_code,
+            off.f_instr,
+            off.f_owner,
+            off.f_is_entry,
+        ]
+        .into_iter()
+        .filter(|&o| o != NONE)
+        .map(|o| o + 8)
+        .max()
+        .unwrap_or(0);
+        if f_read > FRAME_READ {
+            return Err(invalid("frame fields past what the walk reads"));
+        }
         let config = PyConfig {
             interp,
             holder_addr: gil_base + off.gil_holder,
@@ -133,6 +155,7 @@ impl PyProcess {
             f_instr: off.f_instr,
             f_owner: off.f_owner,
             f_is_entry: off.f_is_entry,
+            f_read,
         };
         let py = PyProcess {
             pid,
