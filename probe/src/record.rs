@@ -123,16 +123,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // unwinding, reads the kernel's symbols) while the layout is derived
     // and the BPF programs load.
     let thin = Thin::default();
-    let mut python_note = String::new();
-    let mut py_config = None;
-    let sampler = match opts.sample_hz {
-        0 => None,
-        hz => {
-            let py = attach_python(opts.pid, &mut python_note);
-            py_config = py.as_ref().map(|p| p.config);
-            Some(Sampler::spawn(opts.pid, hz, thin.clone(), py))
-        }
-    };
+    let (sampler, py_config, python_note) = spawn_sampler(opts, &thin);
     let (derived, cache_hit) = derive::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
         (ModeChoice::Uprobes, _) => false,
@@ -347,6 +338,26 @@ fn finish_sampler(
         end_wall_ns: sampled.end_wall_ns,
         python,
     })
+}
+
+/// The sampler (when sampling), with the target's interpreter for its
+/// Python frames: the configuration the probe object's wait stacks need
+/// too, and the line on it.
+type Spawned = (
+    Option<Result<Sampler, sampler::SamplerError>>,
+    Option<crate::python::PyConfig>,
+    String,
+);
+
+fn spawn_sampler(opts: &RecordOpts, thin: &Thin) -> Spawned {
+    if opts.sample_hz == 0 {
+        return (None, None, String::new());
+    }
+    let mut note = String::new();
+    let py = attach_python(opts.pid, &mut note);
+    let config = py.as_ref().map(|p| p.config);
+    let s = Sampler::spawn(opts.pid, opts.sample_hz, thin.clone(), py);
+    (Some(s), config, note)
 }
 
 /// The target's interpreter for Python frames in stacks; None, with the

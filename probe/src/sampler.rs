@@ -331,6 +331,21 @@ fn worker(
     out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
+    read_counters(&mut out, &sbpf, *malformed.borrow());
+    out.drops
+        .push(DropCount::new("sample_stacks_over_limit", out.over_limit));
+    debug!(
+        samples = out.samples,
+        complete = out.complete,
+        stacks = out.stacks.len(),
+        "stack sampler done"
+    );
+    out
+}
+
+/// The BPF side's counters into what the sampler hands back: its drops
+/// (every way a sample was lost) and the Python walk's statistics.
+fn read_counters(out: &mut SampledStacks, sbpf: &SampleBpf<'_>, malformed: u64) {
     if let Some(p) = &mut out.python {
         match sbpf.python_stats() {
             Ok(v) => {
@@ -350,19 +365,8 @@ fn worker(
         ),
         Err(e) => warn!("stack sampler drops not read: {e}"),
     }
-    out.drops.push(DropCount::new(
-        "sample_malformed_records",
-        *malformed.borrow(),
-    ));
     out.drops
-        .push(DropCount::new("sample_stacks_over_limit", out.over_limit));
-    debug!(
-        samples = out.samples,
-        complete = out.complete,
-        stacks = out.stacks.len(),
-        "stack sampler done"
-    );
-    out
+        .push(DropCount::new("sample_malformed_records", malformed));
 }
 
 /// Past the cost budget (the meter pulled the sampling lever): no more
