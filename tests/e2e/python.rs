@@ -353,3 +353,54 @@ fn python_frames_on_the_py_function_workload() {
         "locks.svg lacks the UDF"
     );
 }
+
+/// A target in its own mount namespace (a container's view): its
+/// interpreter's file exists only there, and is read through
+/// /proc/PID/root. The static build, bind-mounted on a directory that is
+/// empty outside.
+#[test]
+fn python_frames_through_the_targets_root() {
+    require_root();
+    let Ok(p) = std::fs::canonicalize("/usr/bin/python3") else {
+        eprintln!("no /usr/bin/python3: not tested here");
+        return;
+    };
+    let inside = std::env::temp_dir().join(format!("plumber-e2e-nspy-{}", std::process::id()));
+    std::fs::create_dir_all(&inside).expect("mount point");
+    let dir = p.parent().expect("bin dir");
+    let script = format!(
+        "mount --bind {} {} && exec \"$0\" \"$@\"",
+        dir.display(),
+        inside.display()
+    );
+    let py = inside.join(p.file_name().expect("name"));
+    let w = Workload::start_in(
+        &[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &py,
+        "py_spin.py",
+        &[],
+    );
+    assert!(!py.exists(), "{} seen outside the namespace", py.display());
+    let (stacks, stderr) = sample(w.pid, &[]);
+    drop(w);
+    let _ = std::fs::remove_dir(&inside);
+    assert!(
+        stderr.contains("Python frames in stacks")
+            && stderr.contains(inside.to_str().expect("utf8")),
+        "{stderr}"
+    );
+    assert!(
+        stacks
+            .iter()
+            .any(|s| s.1.iter().any(|f| f.starts_with("leaf_spin (py_spin.py:"))),
+        "no leaf_spin frame: {stacks:?}"
+    );
+}
