@@ -17,6 +17,7 @@
 #include "target.h"
 #include "sample.h"
 #include "stack_copy.h"
+#include "python.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -739,6 +740,8 @@ static __always_inline void send_wait_sample(struct pt_regs *ctx, struct pp_thre
 	s->stack_len = copy_stack(s, s->sp);
 	if (!s->stack_len)
 		count_drop(PP_DROP_WAIT_STACK_COPY_FAILED);
+	/* At the wait's return: a GIL wait has just taken the GIL. */
+	py_frames(s);
 	/* Drained at every poll; see the file-event ring buffer. */
 	bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
 }

@@ -17,10 +17,12 @@
 #include "sample.h"
 #include "stack_copy.h"
 #include "target.h"
+#include "python.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-_Static_assert(sizeof(struct ps_sample) == PS_SAMPLE_HEAD + PS_STACK_BYTES,
+_Static_assert(sizeof(struct ps_sample) ==
+	       PS_SAMPLE_HEAD + PS_STACK_BYTES + 16 + 16 * PS_PY_FRAMES,
 	       "struct ps_sample layout (probe/src/sampler/bpf.rs reads it)");
 
 struct {
@@ -88,6 +90,7 @@ int sample(struct bpf_perf_event_data *ctx)
 	s->stack_len = copy_stack(s, s->sp);
 	if (!s->stack_len)
 		count_drop(PS_DROP_STACK_COPY_FAILED);
+	py_frames(s);
 	/* No wakeup: the worker drains every 50 ms by itself. A wakeup per
 	 * sample would be an irq_work (a self-IPI, a VM exit under KVM) in
 	 * the target's timer interrupt and a context switch to our thread. */

@@ -21,6 +21,13 @@
 #define PS_FLAG_WAIT 2u
 #define PS_WAIT_KIND_SHIFT 8
 
+/* Python frames copied per sample (bpf/python.h), innermost first. */
+#define PS_PY_FRAMES 64
+/* py_flags: more frames than PS_PY_FRAMES; a frame could not be read
+ * (the chain ends early). */
+#define PS_PY_TRUNCATED 1u
+#define PS_PY_READ_FAILED 2u
+
 struct ps_sample {
 	__u64 mono_ns;
 	__u32 ns_tid;		/* tid in plumber-probe's PID namespace */
@@ -33,6 +40,17 @@ struct ps_sample {
 	__u32 stack_len;	/* bytes of `stack` that are valid */
 	__u32 _pad;
 	__u8 stack[PS_STACK_BYTES];
+	/* The thread's Python frames at the sample (bpf/python.h): */
+	__u32 py_count;		/* valid entries of py */
+	__u32 py_flags;		/* PS_PY_* */
+	__u64 py_entry;		/* bit i: py[i] is the outermost frame of its
+				 * C-level eval loop call (3.11); 3.12+ marks
+				 * the call's entry frame instead: code 0 */
+	struct ps_py_frame {
+		__u64 code;	/* PyCodeObject* (3.13: f_executable); 0: an
+				 * eval loop call's entry frame (3.12+) */
+		__u64 instr;	/* <= 3.10: f_lasti; 3.11+: the instruction pointer */
+	} py[PS_PY_FRAMES];
 };
 
 #define PS_SAMPLE_HEAD 64

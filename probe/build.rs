@@ -34,6 +34,7 @@ fn main() {
         "sample.h",
         "stack_copy.h",
         "target.h",
+        "python.h",
     ] {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(f).display());
     }

@@ -32,8 +32,8 @@ mod trace;
 pub use aggregate::{LockWaits, Stack, StackAggregator, StackKey, Weights};
 pub use error::StacksError;
 pub use folded::{
-    folded_lines, folded_text, is_gil_frame, lock_frame, op_root_frame, sanitize_frame,
-    thread_frame, FoldedKind, GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
+    folded_lines, folded_text, is_gil_frame, is_python_frame, lock_frame, op_root_frame,
+    sanitize_frame, thread_frame, FoldedKind, GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
 };
 pub use pprof::{build_profile, encode_profile_gz, PprofOptions, SAMPLE_TYPES};
 pub use sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};

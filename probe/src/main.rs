@@ -13,6 +13,7 @@ mod mem;
 mod model;
 mod output;
 mod progress;
+mod python;
 mod record;
 mod recording;
 mod run;
@@ -25,6 +26,7 @@ mod sampler;
 mod shim_abi;
 mod sink;
 mod sources;
+mod stacks_cmd;
 mod stop;
 mod symbolize;
 mod symbols;
@@ -91,6 +93,9 @@ enum Command {
     /// Render saved folded stacks (cpu.folded, offcpu.folded, locks.folded)
     /// as a flamegraph SVG.
     Flamegraph(flamegraph_cmd::FlamegraphArgs),
+    /// Sample any process's on-CPU stacks, Python frames included, for a
+    /// while and print them folded per thread (no TensorFlow needed).
+    Stacks(stacks_cmd::StacksArgs),
     /// Show what plumber-probe derives from a process's TensorFlow build
     /// (libraries, version, object layout, probe points) as JSON, without
     /// attaching anything.
@@ -204,6 +209,7 @@ fn main() -> ExitCode {
         (Some(Command::Top(t)), _) => top::run(t, held),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
+        (Some(Command::Stacks(a)), _) => stacks_cmd::run(&a),
         (Some(Command::Flamegraph(f)), _) => flamegraph_cmd::run(&f),
         (Some(Command::Replay { events, output }), _) => output::run_replay(&events, &output),
         (None, None) => {

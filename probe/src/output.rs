@@ -165,6 +165,9 @@ fn write_stacks(
         "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
         st.samples, st.complete_pct
     );
+    if !st.python.is_empty() {
+        println!("{}", st.python);
+    }
     flamegraphs
 }
 

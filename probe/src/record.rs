@@ -123,10 +123,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // unwinding, reads the kernel's symbols) while the layout is derived
     // and the BPF programs load.
     let thin = Thin::default();
-    let sampler = match opts.sample_hz {
-        0 => None,
-        hz => Some(Sampler::spawn(opts.pid, hz, thin.clone())),
-    };
+    let (sampler, py_config, python_note) = spawn_sampler(opts, &thin);
     let (derived, cache_hit) = derive::derive(&target)?;
     let use_model = match (opts.mode, &derived.node) {
         (ModeChoice::Uprobes, _) => false,
@@ -151,6 +148,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         &layout,
         opts.io_ringbuf_bytes,
         opts.sample_hz > 0,
+        py_config.as_ref(),
     )?;
     // Sampling is an extra: a recording without it still has everything
     // else, so a failure to start is reported, not fatal.
@@ -207,7 +205,13 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         })?;
     }
     let stacks = match sampler {
-        Some(s) => Some(finish_sampler(s, opts, &mut sink, &mut stack_context)?),
+        Some(s) => Some(finish_sampler(
+            s,
+            opts,
+            &mut sink,
+            &mut stack_context,
+            python_note,
+        )?),
         None => None,
     };
     Ok(Recording {
@@ -282,8 +286,28 @@ fn finish_sampler(
     opts: &RecordOpts,
     sink: &mut EventSink,
     ctx: &mut StackContext,
+    python_note: String,
 ) -> Result<StackRecording> {
     let sampled = s.finish();
+    let python = match &sampled.python {
+        Some(p) => {
+            sink.push(Event::Drops {
+                drops: vec![
+                    DropCount::new("python_walk_truncated", p.truncated),
+                    DropCount::new("python_frame_read_failed", p.read_failed),
+                    DropCount::new("python_frames_unnamed", p.unnamed_frames),
+                ],
+            })?;
+            format!(
+                "{}: {} of {} samples, {} ns each in the target",
+                p.note,
+                p.samples,
+                sampled.samples + sampled.wait_samples,
+                p.ns_per_walk()
+            )
+        }
+        None => python_note,
+    };
     sink.push(Event::Drops {
         drops: sampled.drops.clone(),
     })?;
@@ -312,7 +336,45 @@ fn finish_sampler(
         hz: opts.sample_hz,
         start_wall_ns: sampled.start_wall_ns,
         end_wall_ns: sampled.end_wall_ns,
+        python,
     })
+}
+
+/// The sampler (when sampling), with the target's interpreter for its
+/// Python frames: the configuration the probe object's wait stacks need
+/// too, and the line on it.
+type Spawned = (
+    Option<Result<Sampler, sampler::SamplerError>>,
+    Option<crate::python::PyConfig>,
+    String,
+);
+
+fn spawn_sampler(opts: &RecordOpts, thin: &Thin) -> Spawned {
+    if opts.sample_hz == 0 {
+        return (None, None, String::new());
+    }
+    let mut note = String::new();
+    let py = attach_python(opts.pid, &mut note);
+    let config = py.as_ref().map(|p| p.config);
+    let s = Sampler::spawn(opts.pid, opts.sample_hz, thin.clone(), py);
+    (Some(s), config, note)
+}
+
+/// The target's interpreter for Python frames in stacks; None, with the
+/// one-line note that says why, when it cannot be read safely (the
+/// stacks are then native only, as without it).
+fn attach_python(pid: i32, note: &mut String) -> Option<crate::python::PyProcess> {
+    match crate::python::PyProcess::attach(pid) {
+        Ok(py) => {
+            info!("{}", py.note());
+            Some(py)
+        }
+        Err(e) => {
+            *note = format!("python: native frames only ({e})");
+            warn!("{note}");
+            None
+        }
+    }
 }
 
 /// Where outputs go.

@@ -20,6 +20,7 @@
 //! recording is never delayed by unwinding.
 
 mod attribute;
+mod python;
 mod sampled;
 mod symbols;
 mod unwind;
@@ -37,7 +38,9 @@ use tracing::{debug, info, warn};
 pub use crate::bpf::sample::RawSample;
 use crate::bpf::sample::{SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL};
 use crate::cost::Thin;
+use crate::python::PyProcess;
 pub use attribute::{attribute, IoStack, LockStack, StackContext};
+use python::{Frame, PyFrames};
 pub use sampled::SampledStacks;
 use symbols::FrameNames;
 use unwind::{StackUnwinder, Truncation};
@@ -81,12 +84,12 @@ pub fn reaches_entry(frames_outer_first: &[Arc<str>]) -> bool {
 /// if each were new).
 const MAX_DISTINCT_STACKS: usize = 200_000;
 
-/// A sample's stack as unwound, before naming: user addresses innermost
-/// first, kernel addresses innermost first.
+/// A sample's stack as unwound, before naming: user frames innermost
+/// first (Python frames merged in), kernel addresses innermost first.
 #[derive(PartialEq, Eq, Hash)]
 struct RawStack {
     tid: u32,
-    user: Vec<u64>,
+    user: Vec<Frame>,
     kernel: Vec<u64>,
 }
 
@@ -126,7 +129,14 @@ impl Sampler {
     /// once, so its set-up overlaps the recording's (see
     /// [`Sampler::ready`]).
     /// `thin`: the cost meter's levers (it may stop sampling early).
-    pub fn spawn(pid: i32, hz: u32, thin: Thin) -> Result<Sampler, SamplerError> {
+    /// `py`: the target's interpreter, whose Python frames go into the
+    /// stacks (None: native frames only).
+    pub fn spawn(
+        pid: i32,
+        hz: u32,
+        thin: Thin,
+        py: Option<PyProcess>,
+    ) -> Result<Sampler, SamplerError> {
         let state = Arc::new(AtomicU8::new(RUN));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (waits, waits_rx) = mpsc::channel();
@@ -135,7 +145,7 @@ impl Sampler {
             .name("plumber-sampler".into())
             .spawn(move || {
                 crate::stop::leave_stop_signals_to_main();
-                worker(pid, hz, &state2, ready_tx, waits_rx, &thin)
+                worker(pid, hz, &state2, ready_tx, waits_rx, &thin, py)
             })
             .map_err(SamplerError::Thread)?;
         Ok(Sampler {
@@ -232,9 +242,10 @@ fn worker(
     ready: mpsc::Sender<Result<Started, SamplerError>>,
     waits: mpsc::Receiver<Vec<RawSample>>,
     thin: &Thin,
+    py: Option<PyProcess>,
 ) -> SampledStacks {
     let mut obj = MaybeUninit::uninit();
-    let mut sbpf = match SampleBpf::load(&mut obj, pid, hz) {
+    let mut sbpf = match SampleBpf::load(&mut obj, pid, hz, py.as_ref().map(|p| &p.config)) {
         Ok(b) => b,
         Err(e) => {
             let _ = ready.send(Err(e.into()));
@@ -259,7 +270,7 @@ fn worker(
     // libraries' files are mapped and their headers parsed (milliseconds;
     // the unwind sections are paged in as unwinds look them up), and the
     // kernel's symbols loaded.
-    let mut state = Processor::new(pid, hz);
+    let mut state = Processor::new(pid, hz, py);
     state.names.load_kernel_symbols();
     match sbpf.attach(hz) {
         Ok(n) => {
@@ -320,19 +331,7 @@ fn worker(
     out.worker_cpu_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0);
-    match sbpf.drops() {
-        Ok(counts) => out.drops.extend(
-            counts
-                .into_iter()
-                .zip(DROP_NAMES)
-                .map(|(count, what)| DropCount::new(what, count)),
-        ),
-        Err(e) => warn!("stack sampler drops not read: {e}"),
-    }
-    out.drops.push(DropCount::new(
-        "sample_malformed_records",
-        *malformed.borrow(),
-    ));
+    read_counters(&mut out, &sbpf, *malformed.borrow());
     out.drops
         .push(DropCount::new("sample_stacks_over_limit", out.over_limit));
     debug!(
@@ -342,6 +341,32 @@ fn worker(
         "stack sampler done"
     );
     out
+}
+
+/// The BPF side's counters into what the sampler hands back: its drops
+/// (every way a sample was lost) and the Python walk's statistics.
+fn read_counters(out: &mut SampledStacks, sbpf: &SampleBpf<'_>, malformed: u64) {
+    if let Some(p) = &mut out.python {
+        match sbpf.python_stats() {
+            Ok(v) => {
+                p.walks = v.first().copied().unwrap_or(0);
+                p.walk_ns = v.get(1).copied().unwrap_or(0);
+                p.walk_frames = v.get(2).copied().unwrap_or(0);
+            }
+            Err(e) => warn!("python walk statistics not read: {e}"),
+        }
+    }
+    match sbpf.drops() {
+        Ok(counts) => out.drops.extend(
+            counts
+                .into_iter()
+                .zip(DROP_NAMES)
+                .map(|(count, what)| DropCount::new(what, count)),
+        ),
+        Err(e) => warn!("stack sampler drops not read: {e}"),
+    }
+    out.drops
+        .push(DropCount::new("sample_malformed_records", malformed));
 }
 
 /// Past the cost budget (the meter pulled the sampling lever): no more
@@ -380,11 +405,13 @@ struct Processor {
     /// A sample was in code of no known mapping, or its unwind failed:
     /// /proc/PID/maps may have changed.
     stale_maps: bool,
+    py: Option<PyFrames>,
 }
 
 impl Processor {
-    fn new(pid: i32, hz: u32) -> Self {
+    fn new(pid: i32, hz: u32, py: Option<PyProcess>) -> Self {
         Processor {
+            py: py.map(PyFrames::new),
             unwinder: StackUnwinder::new(pid),
             names: FrameNames::new(pid),
             raw: HashMap::new(),
@@ -417,6 +444,9 @@ impl Processor {
             })
             .collect();
         let kaddrs: Vec<u64> = kernels.iter().flatten().copied().collect();
+        if let Some(py) = &mut self.py {
+            py.names.next_batch();
+        }
         self.names.resolve_kernel(&kaddrs);
         let t0 = Instant::now();
         for (s, kernel) in batch.iter().zip(kernels) {
@@ -428,6 +458,7 @@ impl Processor {
             if end == Truncation::Failed || !self.unwinder.is_mapped_code(ip) {
                 self.stale_maps = true;
             }
+            let user = self.with_python(s, &user);
             if let Some(kind) = s.wait_kind() {
                 // Not a CPU sample: kept apart, and bounded the same way.
                 let key = (
@@ -468,28 +499,51 @@ impl Processor {
         self.out.unwind_ns += t0.elapsed().as_nanos() as u64;
     }
 
+    /// The unwound stack with the sample's Python frames merged in.
+    fn with_python(&mut self, s: &RawSample, user: &[u64]) -> Vec<Frame> {
+        let Some(py) = &mut self.py else {
+            return user.iter().map(|&a| Frame::Addr(a)).collect();
+        };
+        let groups = py.groups(s);
+        let p = &py.py;
+        python::merge(user, &groups, |a| p.is_interpreter(a), |a| p.is_eval(a))
+    }
+
     /// Names every address once (one blazesym call) and counts identical
     /// named stacks: different addresses in the same functions merge here.
     fn name_stacks(mut self) -> SampledStacks {
+        let addrs = |f: &Vec<Frame>| -> Vec<u64> {
+            f.iter()
+                .filter_map(|f| match f {
+                    Frame::Addr(a) => Some(*a),
+                    Frame::Py(_) => None,
+                })
+                .collect()
+        };
         let mut user: Vec<u64> = self
             .raw
             .keys()
-            .flat_map(|k| k.user.iter().copied())
-            .chain(
-                self.raw_waits
-                    .keys()
-                    .flat_map(|(k, _)| k.user.iter().copied()),
-            )
+            .flat_map(|k| addrs(&k.user))
+            .chain(self.raw_waits.keys().flat_map(|(k, _)| addrs(&k.user)))
             .collect();
         user.sort_unstable();
         user.dedup();
         self.names.resolve_user(&user, &self.unwinder);
         let mut o = self.out;
         o.symbol_lookups = self.names.lookups;
+        if let Some(py) = &self.py {
+            o.python = Some(python_summary(py));
+        }
+        let names = &self.names;
+        let name = |f: &Frame| -> Arc<str> {
+            match f {
+                Frame::Addr(a) => names.user(*a),
+                Frame::Py(n) => n.clone(),
+            }
+        };
         for (k, (end, n)) in self.raw {
             // Outermost first, as folded stacks are written.
-            let mut frames: Vec<Arc<str>> =
-                k.user.iter().rev().map(|a| self.names.user(*a)).collect();
+            let mut frames: Vec<Arc<str>> = k.user.iter().rev().map(name).collect();
             frames.extend(k.kernel.iter().rev().map(|a| self.names.kernel(*a)));
             if reaches_entry(&frames) {
                 o.complete += n;
@@ -503,7 +557,7 @@ impl Processor {
             *o.stacks.entry((k.tid, frames)).or_default() += n;
         }
         for ((k, kind), (n, ns)) in self.raw_waits {
-            let frames: Vec<Arc<str>> = k.user.iter().rev().map(|a| self.names.user(*a)).collect();
+            let frames: Vec<Arc<str>> = k.user.iter().rev().map(name).collect();
             o.wait_samples += n;
             if reaches_entry(&frames) {
                 o.wait_complete += n;
@@ -511,6 +565,19 @@ impl Processor {
             *o.waits.entry((k.tid, kind, frames)).or_default() += ns;
         }
         o
+    }
+}
+
+/// What the Python side of the sampler did.
+fn python_summary(py: &PyFrames) -> sampled::PythonSummary {
+    sampled::PythonSummary {
+        note: py.py.note(),
+        samples: py.with_frames,
+        truncated: py.truncated,
+        read_failed: py.read_failed,
+        unnamed_frames: py.names.bad,
+        code_objects: py.names.decoded,
+        ..Default::default()
     }
 }
 

@@ -12,6 +12,7 @@ mod formats;
 mod harness;
 mod pipelines;
 mod plumber_ref;
+mod python;
 mod shim;
 mod stacks;
 mod top;

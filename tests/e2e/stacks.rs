@@ -289,8 +289,11 @@ fn gil_wait_chain_up_to_pyfuncop_under_the_map_op() {
     };
     // The training loop's own waits (the main thread taking the GIL back
     // after each element): complete, and under its own op, not the map's.
+    // (Its interpreter frames, Py_RunMain and on, are its Python frames.)
     let main_loop = |s: &str| {
-        !s.starts_with("[ParallelMapV2];") && s.contains(";_start;") && s.contains(";Py_RunMain;")
+        !s.starts_with("[ParallelMapV2];")
+            && s.contains(";_start;")
+            && (s.contains(";Py_RunMain;") || s.contains(" (common.py:"))
     };
     let sum = |f: &dyn Fn(&str) -> bool| -> u64 {
         gil.iter().filter(|(s, _)| f(s)).map(|(_, c)| c).sum()

@@ -1,5 +1,6 @@
 //! Colours by op: every frame takes the hue of its root frame (`[op]`), a
-//! shade picked from its own name; GIL frames in magenta.
+//! shade picked from its own name; GIL frames in magenta; Python frames
+//! (`function (file.py:line)`) in a dark blue of their own.
 //!
 //! inferno colours a frame from its name alone (its palette map is keyed by
 //! function name), and the same function (`memcpy`) appears under several
@@ -14,7 +15,7 @@
 
 use std::ops::Range;
 
-use plumber_collector::stacks::{is_gil_frame, OUTSIDE_PIPELINE};
+use plumber_collector::stacks::{is_gil_frame, is_python_frame, OUTSIDE_PIPELINE};
 
 use super::FlameOptions;
 
@@ -57,6 +58,14 @@ const KNOWN: &[(&str, usize)] = &[
 ];
 
 const GIL: Rgb = Rgb(230, 30, 180);
+
+/// Python frames: a dark blue, shaded by name, darker than any op's
+/// (pastel) frames whatever their hue, so the Python part of a tower
+/// stands out in every graph.
+fn python_colour(name: &str) -> Rgb {
+    let (a, _) = unit_pair(name);
+    hsl(212.0, 0.55, 0.40 + 0.10 * a)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Rgb(pub u8, pub u8, pub u8);
@@ -231,6 +240,8 @@ pub(super) fn recolour(svg: &str, opts: &FlameOptions) -> String {
         }
         let colour = if opts.highlight_gil && is_gil_frame(&f.name) {
             Some(GIL)
+        } else if is_python_frame(&f.name) {
+            Some(python_colour(&f.name))
         } else if opts.colors_by_op {
             // The root whose range holds this frame's start.
             let i = roots.partition_point(|r| r.0 <= f.x);
@@ -290,6 +301,19 @@ mod tests {
         let h = op_hue("[SomeCustomOp]").expect("hue");
         assert!(!(290.0..340.0).contains(&h));
         assert_eq!(Some(h), op_hue("[SomeCustomOp]"));
+    }
+
+    #[test]
+    fn python_frames_have_their_own_colour() {
+        let p = python_colour("slow_fn (train.py:42)");
+        assert_eq!(p, python_colour("slow_fn (train.py:42)"));
+        // Darker than every op frame's shade, and not the GIL's.
+        let lum = |c: Rgb| u32::from(c.0) + u32::from(c.1) + u32::from(c.2);
+        for root in ["[ParallelMapV2]", "[TFRecord]", "[Range]", "[BatchV2]"] {
+            let op = frame_colour(op_hue(root), "slow_fn (train.py:42)", false);
+            assert!(lum(p) < lum(op), "{p} vs {op}");
+        }
+        assert_ne!(p, GIL);
     }
 
     #[test]

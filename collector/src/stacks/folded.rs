@@ -40,6 +40,25 @@ pub fn is_gil_frame(name: &str) -> bool {
     GIL_FRAME_PATTERNS.iter().any(|p| name.contains(p))
 }
 
+/// A Python frame as the sampler names it: `function (file.py:line)`, or
+/// `function (<frozen importlib._bootstrap>:line)`; flamegraphs give
+/// them their own colour.
+pub fn is_python_frame(name: &str) -> bool {
+    let Some((func, rest)) = name.rsplit_once(" (") else {
+        return false;
+    };
+    let Some(inner) = rest.strip_suffix(')') else {
+        return false;
+    };
+    let file = match inner.rsplit_once(':') {
+        Some((f, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => f,
+        _ => inner,
+    };
+    !func.is_empty()
+        && !func.contains(['(', ' '])
+        && (file.ends_with(".py") || (file.starts_with('<') && file.ends_with('>')))
+}
+
 /// The synthetic leaf frame of a lock wait in locks.folded.
 pub fn lock_frame(kind: LockKind) -> &'static str {
     match kind {
@@ -243,4 +262,31 @@ pub fn folded_text(agg: &StackAggregator, kind: FoldedKind) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_frames() {
+        for yes in [
+            "slow_fn (train.py:42)",
+            "__call__ (tensorflow/python/ops/script_ops.py:267)",
+            "_find_and_load (<frozen importlib._bootstrap>:1178)",
+            "<module> (train.py:1)",
+            "f (a.py)",
+        ] {
+            assert!(is_python_frame(yes), "{yes}");
+        }
+        for no in [
+            "take_gil",
+            "tensorflow::PyFuncOp::Compute(tensorflow::OpKernelContext*)",
+            "std::_Function_handler<void (), std::_Bind<f (x.py:1)>>::_M_invoke(std::_Any_data const&)",
+            "[lock: gil]",
+            "f (a.pyc:3)",
+        ] {
+            assert!(!is_python_frame(no), "{no}");
+        }
+    }
 }

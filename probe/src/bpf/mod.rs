@@ -29,6 +29,7 @@ use sample::RawSample;
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/probe.skel.rs"));
 }
+self::sample::py_cfg!(skel::types::py_cfg);
 use skel::{ProbeSkel, ProbeSkelBuilder};
 
 pub use error::BpfError;
@@ -51,12 +52,14 @@ impl<'obj> Bpf<'obj> {
     /// two, at least a page); small values test that drops are reported.
     /// `wait_stacks`: size the ring buffer of sampled waits' stack copies
     /// for use (the stack sampler runs); else it keeps one page.
+    /// `py`: the interpreter whose Python frames those copies carry.
     pub fn load(
         obj: &'obj mut MaybeUninit<OpenObject>,
         pid: i32,
         layout: &NodeLayout,
         io_ringbuf_bytes: Option<u32>,
         wait_stacks: bool,
+        py: Option<&crate::python::PyConfig>,
     ) -> Result<Self, BpfError> {
         let builder = ProbeSkelBuilder::default();
         let mut open = builder.open(obj).map_err(BpfError::Load)?;
@@ -96,6 +99,9 @@ impl<'obj> Bpf<'obj> {
             ro.layout.num_elements = layout.num_elements;
             ro.layout.processing_time = layout.processing_time;
             ro.layout.output = layout.output;
+            if let Some(c) = py.filter(|_| wait_stacks) {
+                ro.py_cfg = skel::types::py_cfg::from_config(c);
+            }
         }
         let skel = open.load().map_err(BpfError::Load)?;
         Ok(Bpf {

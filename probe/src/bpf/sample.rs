@@ -25,6 +25,38 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/sample.skel.rs"));
 }
 pub use skel::SampleSkel;
+
+use crate::python::PyConfig;
+
+/// The one place the Python walk's configuration becomes bpf/python.h's
+/// struct; both BPF objects carry one (`py_cfg!`).
+macro_rules! py_cfg {
+    ($t:path) => {
+        impl $t {
+            pub fn from_config(c: &crate::python::PyConfig) -> Self {
+                Self {
+                    interp: c.interp,
+                    holder_addr: c.holder_addr,
+                    locked_addr: c.locked_addr,
+                    minor: c.minor,
+                    threads_head: c.threads_head,
+                    ts_next: c.ts_next,
+                    ts_thread_id: c.ts_thread_id,
+                    ts_frame: c.ts_frame,
+                    cframe_frame: c.cframe_frame,
+                    f_previous: c.f_previous,
+                    f_code: c.f_code,
+                    f_instr: c.f_instr,
+                    f_owner: c.f_owner,
+                    f_is_entry: c.f_is_entry,
+                    f_read: c.f_read,
+                }
+            }
+        }
+    };
+}
+pub(crate) use py_cfg;
+py_cfg!(skel::types::py_cfg);
 use skel::SampleSkelBuilder;
 
 /// bpf/sample.h: PS_STACK_BYTES, PS_SAMPLE_HEAD, PS_FLAG_IN_KERNEL,
@@ -32,6 +64,13 @@ use skel::SampleSkelBuilder;
 pub const STACK_BYTES: usize = 32768;
 pub const SAMPLE_HEAD: usize = 64;
 pub const FLAG_IN_KERNEL: u32 = 1;
+/// bpf/sample.h: PS_PY_FRAMES, and where the Python frames start in the
+/// record (after the stack).
+pub const PY_FRAMES: usize = 64;
+const PY_AT: usize = SAMPLE_HEAD + STACK_BYTES;
+/// bpf/sample.h: PS_PY_TRUNCATED, PS_PY_READ_FAILED.
+pub const PY_TRUNCATED: u32 = 1;
+pub const PY_READ_FAILED: u32 = 2;
 pub const FLAG_WAIT: u32 = 2;
 const WAIT_KIND_SHIFT: u32 = 8;
 
@@ -57,6 +96,13 @@ pub struct RawSample {
     pub wait_ns: u64,
     /// The copied user stack, from `sp` up.
     pub stack: Vec<u8>,
+    /// The thread's Python frames, innermost first: (code object,
+    /// instruction field), see bpf/python.h.
+    pub py: Vec<(u64, u64)>,
+    /// Bit i: `py[i]` is the outermost frame of its eval loop call.
+    pub py_entry: u64,
+    /// PY_TRUNCATED, PY_READ_FAILED.
+    pub py_flags: u32,
 }
 
 impl RawSample {
@@ -79,7 +125,20 @@ impl RawSample {
         if len > STACK_BYTES {
             return None;
         }
+        let py_count = u32_at(PY_AT)? as usize;
+        if py_count > PY_FRAMES {
+            return None;
+        }
+        let py = (0..py_count)
+            .map(|i| {
+                let at = PY_AT + 16 + 16 * i;
+                Some((u64_at(at)?, u64_at(at + 8)?))
+            })
+            .collect::<Option<Vec<_>>>()?;
         Some(RawSample {
+            py,
+            py_entry: u64_at(PY_AT + 8)?,
+            py_flags: u32_at(PY_AT + 4)?,
             mono_ns: u64_at(0)?,
             tid: u32_at(8)?,
             flags: u32_at(12)?,
@@ -103,7 +162,10 @@ pub struct SampleBpf<'obj> {
 
 /// Size of one sample in the ring buffer: the record and its 8-byte
 /// header, rounded up to 8 bytes.
-const RING_RECORD: u64 = ((SAMPLE_HEAD + STACK_BYTES + 8 + 7) & !7) as u64;
+const RING_RECORD: u64 = ((RECORD_BYTES + 8 + 7) & !7) as u64;
+
+/// `sizeof(struct ps_sample)`.
+pub const RECORD_BYTES: usize = PY_AT + 16 + 16 * PY_FRAMES;
 
 /// The samples ring buffer's size and how often to drain it, for `hz`
 /// samples a second on each of `cpus` CPUs (the most the target can
@@ -131,6 +193,7 @@ impl<'obj> SampleBpf<'obj> {
         obj: &'obj mut MaybeUninit<OpenObject>,
         pid: i32,
         hz: u32,
+        py: Option<&PyConfig>,
     ) -> Result<Self, SampleBpfError> {
         let mut open = SampleSkelBuilder::default()
             .open(obj)
@@ -145,6 +208,9 @@ impl<'obj> SampleBpf<'obj> {
             ro.target_tgid = pid as u32;
             ro.pidns_dev = pidns_dev;
             ro.pidns_ino = pidns_ino;
+            if let Some(c) = py {
+                ro.py_cfg = skel::types::py_cfg::from_config(c);
+            }
         }
         let skel = open.load().map_err(SampleBpfError::Load)?;
         Ok(SampleBpf {
@@ -211,6 +277,13 @@ impl<'obj> SampleBpf<'obj> {
     pub fn drops(&self) -> Result<Vec<u64>, SampleBpfError> {
         super::maps::percpu_counters(&self.skel.maps.sample_drops, DROP_NAMES.len())
             .map_err(|e| SampleBpfError::Map("sample_drops", e))
+    }
+
+    /// The Python walk's own statistics (bpf/python.h `py_stats`): walks,
+    /// ns spent in them, frames copied.
+    pub fn python_stats(&self) -> Result<Vec<u64>, SampleBpfError> {
+        super::maps::percpu_counters(&self.skel.maps.py_stats, 3)
+            .map_err(|e| SampleBpfError::Map("py_stats", e))
     }
 
     /// A kernel stack recorded by the program (innermost first).
@@ -285,6 +358,9 @@ mod tests {
         assert_eq!(define("PS_FLAG_IN_KERNEL") as u32, FLAG_IN_KERNEL);
         assert_eq!(define("PS_FLAG_WAIT") as u32, FLAG_WAIT);
         assert_eq!(define("PS_WAIT_KIND_SHIFT") as u32, WAIT_KIND_SHIFT);
+        assert_eq!(define("PS_PY_FRAMES"), PY_FRAMES);
+        assert_eq!(define("PS_PY_TRUNCATED") as u32, PY_TRUNCATED);
+        assert_eq!(define("PS_PY_READ_FAILED") as u32, PY_READ_FAILED);
         let count = h
             .lines()
             .find_map(|l| l.trim().strip_prefix("PS_DROP__COUNT = "))
@@ -302,7 +378,7 @@ mod tests {
 
     #[test]
     fn record_layout() {
-        let mut b = vec![0u8; SAMPLE_HEAD + 16];
+        let mut b = vec![0u8; RECORD_BYTES];
         b[8..12].copy_from_slice(&7u32.to_ne_bytes());
         b[16..24].copy_from_slice(&0x1234u64.to_ne_bytes());
         b[40..48].copy_from_slice(&(-1i64).to_ne_bytes());
@@ -317,8 +393,17 @@ mod tests {
         b[48..56].copy_from_slice(&5000u64.to_ne_bytes());
         let s = RawSample::from_bytes(&b).expect("parse");
         assert_eq!((s.wait_kind(), s.wait_ns), (Some(2), 5000));
+        // Two Python frames, the outer one the entry of its eval call.
+        b[PY_AT..PY_AT + 4].copy_from_slice(&2u32.to_ne_bytes());
+        b[PY_AT + 8..PY_AT + 16].copy_from_slice(&2u64.to_ne_bytes());
+        b[PY_AT + 32..PY_AT + 40].copy_from_slice(&0xc0deu64.to_ne_bytes());
+        let s = RawSample::from_bytes(&b).expect("parse");
+        assert_eq!((s.py.len(), s.py[1].0, s.py_entry), (2, 0xc0de, 2));
         // A length past the record is malformed, not a panic.
-        b[56..60].copy_from_slice(&64u32.to_ne_bytes());
+        b[PY_AT..PY_AT + 4].copy_from_slice(&65u32.to_ne_bytes());
+        assert!(RawSample::from_bytes(&b).is_none());
+        b[PY_AT..PY_AT + 4].copy_from_slice(&0u32.to_ne_bytes());
+        b[56..60].copy_from_slice(&(STACK_BYTES as u32 + 1).to_ne_bytes());
         assert!(RawSample::from_bytes(&b).is_none());
     }
 }

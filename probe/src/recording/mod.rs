@@ -50,6 +50,9 @@ pub struct StackRecording {
     /// When sampling ran, ns since the epoch.
     pub start_wall_ns: u64,
     pub end_wall_ns: u64,
+    /// One line on the stacks' Python frames: which interpreter and how
+    /// many samples carry them, or why there are none.
+    pub python: String,
 }
 
 /// Why the loop ended.

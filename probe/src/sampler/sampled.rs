@@ -42,6 +42,35 @@ pub struct SampledStacks {
     pub unwind_ns: u64,
     pub symbolize_ns: u64,
     pub drops: Vec<DropCount>,
+    /// Python frames: None when the target's interpreter was not read.
+    pub python: Option<PythonSummary>,
+}
+
+/// How the Python frames of a recording went.
+#[derive(Debug, Default, Clone)]
+pub struct PythonSummary {
+    /// The interpreter, one line.
+    pub note: String,
+    /// Samples (and sampled waits) that carried Python frames.
+    pub samples: u64,
+    /// ... whose frame walk was cut at PS_PY_FRAMES, or by a failed read.
+    pub truncated: u64,
+    pub read_failed: u64,
+    /// Frames left out: their code object could not be read or named.
+    pub unnamed_frames: u64,
+    /// Code objects decoded (each once while it lives).
+    pub code_objects: u64,
+    /// The BPF walk: how many, their time in the target, frames copied.
+    pub walks: u64,
+    pub walk_ns: u64,
+    pub walk_frames: u64,
+}
+
+impl PythonSummary {
+    /// Mean ns one walk cost the target (0 without walks).
+    pub fn ns_per_walk(&self) -> u64 {
+        self.walk_ns / self.walks.max(1)
+    }
 }
 
 impl SampledStacks {

@@ -35,6 +35,7 @@ use crate::threads::{self, NameRegistry};
 const NOT_MEASURED: &[&str] = &[
     "absl lock and condition-variable waits, other futex waits",
     "call sites of waits (no stacks)",
+    "sampled stacks and their Python frames (no cpu/locks flamegraphs: the shim cannot sample from inside the process without stopping it; --pid can)",
     "GIL waits in Python not called from an extension module (inside py_function they are the thread's off-CPU time, run-queue delay included)",
     "reads of files opened before the recording started",
     "the CPU of a thread after the last poll that saw it, if it exits",
