@@ -159,14 +159,18 @@ impl Machine {
         {
             return s;
         }
-        let per = if b.consumer_s_per_root > 0.0 {
-            b.consumer_s_per_root
+        // The whole per-element charge decides; the consumer's own part is
+        // named when the training step's pools or unclaimed pipeline CPU
+        // add to it.
+        let own = b.consumer_s_per_root;
+        let part = if own > 0.0 && own < 0.95 * b.overhead_s_per_root {
+            format!(" ({} of it the consumer's own)", fmt::num(own * 1e3))
         } else {
-            b.overhead_s_per_root
+            String::new()
         };
         s.push_str(&format!(
-            "; the consumer's {} CPU-ms per element, measured at {}, decides this prediction",
-            fmt::num(per * 1e3),
+            "; the consumer's {} CPU-ms per element{part}, measured at {}, decides this prediction",
+            fmt::num(b.overhead_s_per_root * 1e3),
             fmt::rate(Some(b.observed_rate))
         ));
         if b.consumer_waits_per_root >= 0.5 {

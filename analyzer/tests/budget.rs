@@ -300,5 +300,39 @@ fn a_far_prediction_the_consumer_decides_says_so() {
     // text report adds it under the recommendation.
     assert!(!r.assumes.contains("decides"), "{}", r.assumes);
     let txt = plumber_analyzer::render_text(&r);
-    assert!(txt.contains("     note: the consumer's 200 CPU-ms"), "{txt}");
+    assert!(
+        txt.contains("     note: the consumer's 200 CPU-ms"),
+        "{txt}"
+    );
+}
+
+#[test]
+fn a_far_prediction_names_the_consumers_own_part() {
+    // As above, but the consumer itself takes 2 s and the training step's
+    // pool 18 s, sleeping 4 times per batch: the whole 0.2 CPU-s per batch
+    // decides, 0.02 of it the consumer's own.
+    let mut p = pipeline(10.0);
+    p.cores = 8;
+    let s = with_threads(
+        p.snapshot(),
+        0.0,
+        vec![outside(1, 2.0, 2.0, 100), outside(2, 18.0, 0.0, 400)],
+    );
+    let r = report(&s);
+    let rec = r
+        .recommendations
+        .iter()
+        .find(|x| x.kind == "parallelism")
+        .expect("a parallelism recommendation");
+    assert!(
+        rec.assumes
+            .contains("the consumer's 200 CPU-ms per element (20"),
+        "{}",
+        rec.assumes
+    );
+    assert!(
+        rec.assumes.contains("of it the consumer's own)"),
+        "{}",
+        rec.assumes
+    );
 }
