@@ -27,6 +27,7 @@ pub(crate) fn budget_report(m: &Model) -> BudgetReport {
         quota_cores: b.quota,
         other_processes_cores: b.other_processes,
         outside_pipeline_cores: b.outside_pipeline,
+        fixed_outside_cores: b.fixed_outside,
         unattributed_cores: b.unattributed,
         pipeline_cores: b.pipeline(m.machine.cores),
         overhead_s_per_element: b.overhead_s_per_root,

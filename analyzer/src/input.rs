@@ -83,6 +83,23 @@ pub struct CpuContext {
     pub machine_busy_ns: u64,
     /// The target's cgroup CPU quota, cores (0: none).
     pub quota_cores: f64,
+    /// The threads that spent CPU outside the pipeline, as the recording
+    /// saw them (empty in files written before per-thread rows).
+    pub outside_threads: Vec<OutsideThread>,
+}
+
+/// One thread's CPU outside the pipeline over the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutsideThread {
+    /// Its CPU outside the pipeline, ns.
+    pub non_pipeline_ns: u64,
+    /// The part the thread spent between two `GetNext` calls on the root
+    /// iterator, ns: it takes the root's elements (0 in older files).
+    pub consumer_ns: u64,
+    /// Times it slept until another thread handed it something (condition
+    /// variable and futex waits) over the window. Lock and GIL waits are
+    /// contention, not pacing: left out.
+    pub wakeups: u64,
 }
 
 /// Everything the model reads, built from a snapshot; editable before
@@ -220,6 +237,18 @@ impl PipelineInput {
                 } else {
                     0.0
                 },
+                outside_threads: c
+                    .threads
+                    .iter()
+                    .filter(|t| t.non_pipeline_ns > 0)
+                    .map(|t| OutsideThread {
+                        non_pipeline_ns: nonneg(t.non_pipeline_ns),
+                        consumer_ns: nonneg(t.consumer_ns).min(nonneg(t.non_pipeline_ns)),
+                        wakeups: t.waits.as_ref().map_or(0, |w| {
+                            nonneg(w.cond_waits).saturating_add(nonneg(w.futex_waits))
+                        }),
+                    })
+                    .collect(),
             });
         Ok(PipelineInput {
             ops,

@@ -53,7 +53,7 @@ pub mod synth;
 
 pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
-pub use input::{CpuContext, MachineFigures, OpInput, PipelineInput};
+pub use input::{CpuContext, MachineFigures, OpInput, OutsideThread, PipelineInput};
 pub use load::{load_file, load_snapshot};
 pub use output::{render_all, render_json, Rendered};
 pub use render_dot::render_dot;

@@ -6,10 +6,24 @@
 //! the machine's core count: the cores (or the cgroup quota, if tighter),
 //! less what other processes took (the machine's busy CPU less the
 //! target's), less what the target spent outside the pipeline (the training
-//! step, Python, TensorFlow's own pools). The last grows with the rate (the
-//! consumer works per element it takes), so the model charges it per root
-//! element rather than as a fixed share: a faster pipeline leaves the
-//! consumer fewer spare cycles, and the prediction says so.
+//! step, Python, TensorFlow's own pools). Only part of the last grows with
+//! the rate, and the recording's thread rows tell which:
+//!
+//! - the consumer, the threads the probe saw take the root's elements
+//!   (CPU between two `GetNext` calls on the root), works per element;
+//! - a thread outside the pipeline that slept until handed work
+//!   (condition variable, futex) at least about once per root element
+//!   works in step with the consumer (the training step's
+//!   inter- and intra-op pools): per element too;
+//! - any other thread outside the pipeline (the autotune optimiser, idle
+//!   pools, Python's periodic work) wakes on its own clock: its CPU is fixed
+//!   per second and comes off the cores like other processes' CPU.
+//!
+//! The per-element part is charged per root element beside the ops: a
+//! faster pipeline leaves the consumer fewer spare cycles, and the
+//! prediction says so. A file that does not say which threads consume
+//! (older recordings, a window without attribution evidence) charges all
+//! of it per element, as before: the pessimistic reading.
 
 use crate::error::AnalyzeError;
 use crate::fmt;
@@ -39,19 +53,46 @@ pub(crate) struct CoreBudget {
     pub quota: Option<f64>,
     /// What other processes (the probe included) took; None: not measured.
     pub other_processes: Option<f64>,
-    /// The target's CPU outside the pipeline (the consumer).
+    /// The target's CPU outside the pipeline (the consumer and the rest).
     pub outside_pipeline: f64,
+    /// The part of `outside_pipeline` fixed per second (threads that
+    /// neither consume nor wake per element): off the LP's cores.
+    pub fixed_outside: f64,
+    /// The consumer's own CPU per root element, CPU-s (0: not known).
+    pub consumer_s_per_root: f64,
+    /// Times the consumer slept (condition variable, futex) per root
+    /// element it took (0: not known): near 1, it waited for the pipeline
+    /// at nearly every element.
+    pub consumer_waits_per_root: f64,
+    /// Root elements per second over the window (0: not known).
+    pub observed_rate: f64,
     /// Pipeline threads' CPU that no op claims.
     pub unattributed: f64,
-    /// `outside_pipeline + unattributed` per root element, CPU-s: charged
-    /// to the LP beside the ops.
+    /// `outside_pipeline − fixed_outside + unattributed` per root element,
+    /// CPU-s: charged to the LP beside the ops.
     pub overhead_s_per_root: f64,
 }
 
+/// A thread outside the pipeline that slept until handed work at least
+/// this many times per root element keeps pace with the consumer. Such a
+/// thread sleeps about once per element or more (the training loop waits
+/// for each step's result, the step's pools for each op); half leaves room
+/// for a window's edges and steps that did not block, and stays far above
+/// a periodic thread's wake-ups at any rate worth predicting (below, a
+/// periodic thread counts per element: the pessimistic side).
+const PACED_WAKEUPS: f64 = 0.5;
+/// Extrapolating this many times the observed rate or more, a prediction
+/// that the consumer's charge decides says so.
+const FAR: f64 = 2.0;
+/// The consumer's charge decides a prediction when it takes at least this
+/// share of the cores at the predicted rate.
+const CONSUMER_SHARE: f64 = 0.5;
+
 impl CoreBudget {
-    /// Cores the pipeline's ops had to themselves, as during the window.
+    /// Cores the pipeline's ops had to themselves, as during the window;
+    /// `lp_cores` already has the fixed outside CPU taken off.
     pub fn pipeline(&self, lp_cores: f64) -> f64 {
-        (lp_cores - self.outside_pipeline - self.unattributed).max(0.0)
+        (lp_cores - (self.outside_pipeline - self.fixed_outside) - self.unattributed).max(0.0)
     }
 }
 
@@ -71,15 +112,24 @@ impl Machine {
             );
         }
         let total = b.quota.map_or(b.machine, |q| q.min(b.machine));
+        // Fixed outside CPU comes off the cores like other processes'.
+        let fixed = if b.fixed_outside > 0.0 {
+            format!(
+                ", {} to the target's threads that neither take elements nor keep pace with them",
+                fmt::num(b.fixed_outside)
+            )
+        } else {
+            String::new()
+        };
         let mut s = match b.other_processes {
             Some(o) => format!(
-                "with {} of {} cores free as during the window ({} to other processes)",
+                "with {} of {} cores free as during the window ({} to other processes{fixed})",
                 fmt::num(self.cores),
                 fmt::count(total),
                 fmt::num(o)
             ),
             None => format!(
-                "with {} cores (what other processes took was not measured)",
+                "with {} cores (what other processes took was not measured{fixed})",
                 fmt::count(total)
             ),
         };
@@ -87,6 +137,46 @@ impl Machine {
             s.push_str(&format!(
                 ", and {} CPU-ms per element outside the pipeline (the consumer) growing with the rate",
                 fmt::num(b.overhead_s_per_root * 1e3)
+            ));
+        }
+        s
+    }
+
+    /// The assumption of a prediction of `rate`: [`Machine::assumption`],
+    /// and, where the rate lies far beyond the observed one and the
+    /// consumer's charge takes most of the cores there, that this charge,
+    /// measured at the observed rate, decides it.
+    pub fn assumption_at(&self, rate: Option<f64>) -> String {
+        let mut s = self.assumption();
+        let b = &self.budget;
+        let Some(rate) = rate.filter(|r| r.is_finite()) else {
+            return s;
+        };
+        let charge = b.overhead_s_per_root * rate;
+        if b.observed_rate <= 0.0
+            || rate < FAR * b.observed_rate
+            || charge < CONSUMER_SHARE * self.cores
+        {
+            return s;
+        }
+        // The whole per-element charge decides; the consumer's own part is
+        // named when the training step's pools or unclaimed pipeline CPU
+        // add to it.
+        let own = b.consumer_s_per_root;
+        let part = if own > 0.0 && own < 0.95 * b.overhead_s_per_root {
+            format!(" ({} of it the consumer's own)", fmt::num(own * 1e3))
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "; the consumer's {} CPU-ms per element{part}, measured at {}, decides this prediction",
+            fmt::num(b.overhead_s_per_root * 1e3),
+            fmt::rate(Some(b.observed_rate))
+        ));
+        if b.consumer_waits_per_root >= 0.5 {
+            s.push_str(&format!(
+                " (it slept {} times per element it took: what an element costs it when it no longer waits for the pipeline was not measured)",
+                fmt::num(b.consumer_waits_per_root)
             ));
         }
         s
@@ -164,7 +254,8 @@ pub(crate) fn resolve_machine(
         .map_or(budget.machine, |q| q.min(budget.machine));
     // Never below a tenth of the cores: a busy minute elsewhere must not
     // make the model plan for nothing.
-    let lp_cores = (lp_cores - budget.other_processes.unwrap_or(0.0)).max(0.1 * lp_cores);
+    let lp_cores = (lp_cores - budget.other_processes.unwrap_or(0.0) - budget.fixed_outside)
+        .max(0.1 * lp_cores);
     Ok(Machine {
         cores: lp_cores,
         cores_from,
@@ -208,8 +299,51 @@ fn core_budget(input: &PipelineInput, cores: f64, overridden: bool) -> CoreBudge
         .and_then(|r| input.ops.get(r))
         .map_or(0, |o| o.elements);
     if roots > 0 {
-        let outside = c.non_pipeline_ns.saturating_add(c.unattributed_ns) as f64 / 1e9;
-        b.overhead_s_per_root = outside / roots as f64;
+        let split = split_outside(c, roots);
+        b.fixed_outside = split.fixed_ns as f64 / 1e9 / t;
+        b.observed_rate = roots as f64 / t;
+        b.consumer_s_per_root = split.consumer_ns as f64 / 1e9 / roots as f64;
+        b.consumer_waits_per_root = split.consumer_wakeups as f64 / roots as f64;
+        let per_element = c
+            .non_pipeline_ns
+            .saturating_sub(split.fixed_ns)
+            .saturating_add(c.unattributed_ns) as f64
+            / 1e9;
+        b.overhead_s_per_root = per_element / roots as f64;
     }
     b
+}
+
+/// The outside CPU's split over the window, ns.
+#[derive(Debug, Default, PartialEq)]
+struct OutsideSplit {
+    /// CPU of the threads that take the root's elements (all of it outside
+    /// the pipeline: what they do between elements is theirs).
+    consumer_ns: u64,
+    /// Times those threads slept until handed something.
+    consumer_wakeups: u64,
+    /// CPU of the threads that neither consume nor wake once per element.
+    fixed_ns: u64,
+}
+
+/// Splits the CPU outside the pipeline by what each thread was seen doing
+/// (see the module's comment). Without a consumer among the threads the
+/// file cannot tell fixed from per-element CPU: none is fixed.
+fn split_outside(c: &crate::input::CpuContext, roots: u64) -> OutsideSplit {
+    let mut s = OutsideSplit::default();
+    if !c.outside_threads.iter().any(|t| t.consumer_ns > 0) {
+        return s;
+    }
+    for t in &c.outside_threads {
+        if t.consumer_ns > 0 {
+            s.consumer_ns = s.consumer_ns.saturating_add(t.non_pipeline_ns);
+            s.consumer_wakeups = s.consumer_wakeups.saturating_add(t.wakeups);
+        } else if (t.wakeups as f64) < PACED_WAKEUPS * roots as f64 {
+            s.fixed_ns = s.fixed_ns.saturating_add(t.non_pipeline_ns);
+        }
+    }
+    // Rows that do not add up to the total (a thread seen only in part)
+    // leave the rest per element.
+    s.fixed_ns = s.fixed_ns.min(c.non_pipeline_ns);
+    s
 }

@@ -190,7 +190,7 @@ fn lift_limiters(m: &Model, base: &Evaluation) -> (Vec<Recommendation>, Scenario
                     unit: s.unit.into(),
                     predicted_rate: rate_opt(ev2.rate),
                     why: s.why,
-                    assumes: m.machine.assumption(),
+                    assumes: m.machine.assumption_at(rate_opt(ev2.rate)),
                 });
             }
         } else if pending.len() >= MAX_PENDING {
@@ -228,7 +228,7 @@ fn recommend_prefetch(
         value: f64::from(prefetch.add),
         unit: "elements".into(),
         predicted_rate: last_rate,
-        assumes: m.machine.assumption(),
+        assumes: m.machine.assumption_at(last_rate),
         why: format!(
             "Little's law: {} × {} s of work per root element = {} elements must be in flight, {} are now; {how}",
             fmt::rate(Some(prefetch.rate)),
@@ -292,7 +292,7 @@ fn cache_recommendation(
         value: size,
         unit: "bytes".into(),
         predicted_rate: rate_opt(rate),
-        assumes: m.machine.assumption(),
+        assumes: m.machine.assumption_at(rate_opt(rate)),
         why: format!(
             "add .cache() right after {}: one pass of its output is about {}{}, within the {} budget (90% of memory) and nothing below it is random{blocked}; from the second epoch on its {} op(s) no longer run",
             m.nodes[c].name,

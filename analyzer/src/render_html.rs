@@ -192,9 +192,12 @@ fn verdict(s: &mut String, r: &Report) {
     } else {
         s.push_str("<ol class=\"recs\">\n");
         for rec in &r.recommendations {
+            let extra = crate::render_text::extra_assumption(r, rec)
+                .map(|x| format!("<br><span class=\"why\">Note: {}</span>", esc(x)))
+                .unwrap_or_default();
             let _ = writeln!(
                 s,
-                "<li><span class=\"kind\">{}</span> <b>{}</b> {} <span class=\"pred\">⇒ {}</span><br><span class=\"why\">{}</span></li>",
+                "<li><span class=\"kind\">{}</span> <b>{}</b> {} <span class=\"pred\">⇒ {}</span><br><span class=\"why\">{}</span>{extra}</li>",
                 esc(&rec.kind),
                 esc(&rec.node),
                 esc(&value_text(rec)),

@@ -97,8 +97,16 @@ fn budget_line(s: &mut String, r: &Report) {
         Some(o) => parts.push(format!("− {} other processes", fmt::num(o))),
         None => parts.push("other processes not measured".into()),
     }
+    let fixed = if b.fixed_outside_cores > 0.0 {
+        format!(
+            " ({} of it fixed per second)",
+            fmt::num(b.fixed_outside_cores)
+        )
+    } else {
+        String::new()
+    };
     parts.push(format!(
-        "− {} outside the pipeline",
+        "− {} outside the pipeline{fixed}",
         fmt::num(b.outside_pipeline_cores)
     ));
     if b.unattributed_cores >= 0.005 {
@@ -137,8 +145,21 @@ fn what_to_change(s: &mut String, r: &Report) {
             fmt::rate(rec.predicted_rate)
         );
         let _ = writeln!(s, "     {}", rec.why);
+        if let Some(extra) = extra_assumption(r, rec) {
+            let _ = writeln!(s, "     note: {extra}");
+        }
     }
     let _ = writeln!(s);
+}
+
+/// What a recommendation assumes beyond the report's common line (that
+/// the consumer's charge, measured far below the predicted rate, decides
+/// it); None when nothing.
+pub(crate) fn extra_assumption<'a>(r: &Report, rec: &'a Recommendation) -> Option<&'a str> {
+    rec.assumes
+        .strip_prefix(r.assumes.as_str())
+        .map(|x| x.trim_start_matches("; ").trim())
+        .filter(|x| !x.is_empty())
 }
 
 /// The LP's rate and largest allocations, then its rounded parallelism.

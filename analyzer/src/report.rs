@@ -70,12 +70,17 @@ pub struct BudgetReport {
     /// The target's CPU outside the pipeline (training step, Python,
     /// TensorFlow's own pools).
     pub outside_pipeline_cores: f64,
+    /// The part of it fixed per second (threads that neither take the
+    /// root's elements nor wake once per element): off the LP's cores
+    /// rather than charged per element.
+    #[serde(default)]
+    pub fixed_outside_cores: f64,
     /// Pipeline threads' CPU that no op claims.
     pub unattributed_cores: f64,
     /// What the pipeline's ops had: min(cores, quota) − the three above.
     pub pipeline_cores: f64,
-    /// outside_pipeline + unattributed CPU-seconds per root element,
-    /// charged beside the ops as the rate grows.
+    /// (outside_pipeline − fixed_outside) + unattributed CPU-seconds per
+    /// root element, charged beside the ops as the rate grows.
     pub overhead_s_per_element: f64,
 }
 

@@ -4,7 +4,7 @@
 
 use plumber_analyzer::synth::{SynthOp, SynthPipeline};
 use plumber_analyzer::{analyze, MachineOverrides, Report};
-use plumber_collector::proto::pipeline_snapshot::ProbeCpu;
+use plumber_collector::proto::pipeline_snapshot::{ProbeCpu, ProbeThread, ProbeWaits};
 use plumber_collector::proto::PipelineSnapshot;
 
 const WINDOW_S: f64 = 10.0;
@@ -161,4 +161,178 @@ fn cores_given_are_a_what_if_without_terms_or_diagnosis() {
     assert_eq!(r.machine.budget.overhead_s_per_element, 0.0);
     assert!(r.limited_elsewhere.is_none());
     assert!(r.assumes.contains("given"), "{}", r.assumes);
+}
+
+/// One thread outside the pipeline: `cpu_s` of CPU over the window, of it
+/// `consumer_s` between two root `GetNext` calls, and `sleeps` condition
+/// variable waits.
+fn outside(tid: i64, cpu_s: f64, consumer_s: f64, sleeps: i64) -> ProbeThread {
+    ProbeThread {
+        tid,
+        name: format!("t{tid}"),
+        role: "non_pipeline".into(),
+        cpu_ns: (cpu_s * 1e9) as i64,
+        waits: Some(ProbeWaits {
+            cond_waits: sleeps,
+            cond_wait_ns: sleeps * 1_000_000,
+            ..Default::default()
+        }),
+        non_pipeline_ns: (cpu_s * 1e9) as i64,
+        consumer_ns: (consumer_s * 1e9) as i64,
+        ..Default::default()
+    }
+}
+
+/// `recorded` with these threads as the outside CPU's rows (their CPU
+/// summed into the outside figure and the process).
+fn with_threads(s: PipelineSnapshot, other_s: f64, threads: Vec<ProbeThread>) -> PipelineSnapshot {
+    let outside_s: f64 = threads.iter().map(|t| t.non_pipeline_ns as f64 / 1e9).sum();
+    let mut s = recorded(s, outside_s, other_s, 0.0);
+    if let Some(c) = s.probe_cpu.as_mut() {
+        c.consumer_ns = threads.iter().map(|t| t.consumer_ns).sum();
+        c.threads = threads;
+    }
+    s
+}
+
+#[test]
+fn a_thread_that_neither_consumes_nor_keeps_pace_is_fixed_per_second() {
+    // The consumer: 1 s over the window (0.01 CPU-s per batch, 100
+    // batches); a background thread (the autotune optimiser): 2 s, waking
+    // 10 times for 100 batches.
+    let s = with_threads(
+        pipeline(10.0).snapshot(),
+        2.0,
+        vec![outside(1, 1.0, 1.0, 100), outside(2, 2.0, 0.0, 10)],
+    );
+    let r = report(&s);
+    let b = &r.machine.budget;
+    assert!(close(b.outside_pipeline_cores, 0.3));
+    assert!(close(b.fixed_outside_cores, 0.2));
+    assert!(close(b.overhead_s_per_element, 0.01));
+    // 2 − 0.2 other processes − 0.2 fixed.
+    assert!(close(r.machine.cores, 1.6));
+    // What the ops had is unchanged by the split: 2 − 0.2 − 0.3.
+    assert!(close(b.pipeline_cores, 1.5));
+    assert!(r.assumes.contains("neither take elements"), "{}", r.assumes);
+    // Two map threads: 1.6 / (0.1 + 0.001 + 0.01) cores, not
+    // 1.8 / (0.101 + 0.03) as when all of it grew with the rate.
+    let p = &r.recommendations[0];
+    assert_eq!(p.kind, "parallelism");
+    assert!(close(
+        p.predicted_rate.unwrap_or(0.0),
+        (1.6_f64 / 0.111).min(20.0)
+    ));
+}
+
+#[test]
+fn a_thread_woken_once_per_element_works_per_element() {
+    // The training step's pool thread sleeps 4 times per batch: it keeps
+    // pace with the consumer, so its 2 s stay per element.
+    let s = with_threads(
+        pipeline(10.0).snapshot(),
+        2.0,
+        vec![outside(1, 1.0, 1.0, 100), outside(2, 2.0, 0.0, 400)],
+    );
+    let b = report(&s).machine.budget;
+    assert_eq!(b.fixed_outside_cores, 0.0);
+    assert!(close(b.overhead_s_per_element, 0.03));
+}
+
+#[test]
+fn a_thread_that_slept_at_most_elements_keeps_pace() {
+    // The training loop waits for each step's result: 97 sleeps for 100
+    // batches (a step that did not block, the window's edges) is still
+    // pace, not a clock.
+    let s = with_threads(
+        pipeline(10.0).snapshot(),
+        2.0,
+        vec![outside(1, 1.0, 1.0, 100), outside(2, 2.0, 0.0, 97)],
+    );
+    assert_eq!(report(&s).machine.budget.fixed_outside_cores, 0.0);
+}
+
+#[test]
+fn without_a_known_consumer_all_outside_cpu_grows_with_the_rate() {
+    // Rows without consumer CPU (an older file, or no attribution
+    // evidence): nothing tells fixed from per-element, so nothing is fixed.
+    let s = with_threads(
+        pipeline(10.0).snapshot(),
+        2.0,
+        vec![outside(1, 1.0, 0.0, 100), outside(2, 2.0, 0.0, 10)],
+    );
+    let r = report(&s);
+    assert_eq!(r.machine.budget.fixed_outside_cores, 0.0);
+    assert!(close(r.machine.budget.overhead_s_per_element, 0.03));
+    assert!(close(r.machine.cores, 1.8));
+    assert!(
+        !r.assumes.contains("neither take elements"),
+        "{}",
+        r.assumes
+    );
+}
+
+#[test]
+fn a_far_prediction_the_consumer_decides_says_so() {
+    // 8 cores; the consumer takes 20 s over the window (0.2 CPU-s per
+    // batch) and slept once per batch: the map at more threads reaches
+    // 8 / (0.101 + 0.2) = 26.6/s, beyond twice the 10/s observed, and the
+    // consumer's charge takes 5.3 of the 8 cores there.
+    let mut p = pipeline(10.0);
+    p.cores = 8;
+    let s = with_threads(p.snapshot(), 0.0, vec![outside(1, 20.0, 20.0, 100)]);
+    let r = report(&s);
+    let rec = r
+        .recommendations
+        .iter()
+        .find(|x| x.kind == "parallelism")
+        .expect("a parallelism recommendation");
+    assert!(close(rec.predicted_rate.unwrap_or(0.0), 8.0 / 0.301));
+    assert!(
+        rec.assumes.contains(
+            "the consumer's 200 CPU-ms per element, measured at 10.0/s, decides this prediction"
+        ),
+        "{}",
+        rec.assumes
+    );
+    assert!(rec.assumes.contains("slept 1.00 times"), "{}", rec.assumes);
+    // The report's own line, for the pipeline as it runs, does not; the
+    // text report adds it under the recommendation.
+    assert!(!r.assumes.contains("decides"), "{}", r.assumes);
+    let txt = plumber_analyzer::render_text(&r);
+    assert!(
+        txt.contains("     note: the consumer's 200 CPU-ms"),
+        "{txt}"
+    );
+}
+
+#[test]
+fn a_far_prediction_names_the_consumers_own_part() {
+    // As above, but the consumer itself takes 2 s and the training step's
+    // pool 18 s, sleeping 4 times per batch: the whole 0.2 CPU-s per batch
+    // decides, 0.02 of it the consumer's own.
+    let mut p = pipeline(10.0);
+    p.cores = 8;
+    let s = with_threads(
+        p.snapshot(),
+        0.0,
+        vec![outside(1, 2.0, 2.0, 100), outside(2, 18.0, 0.0, 400)],
+    );
+    let r = report(&s);
+    let rec = r
+        .recommendations
+        .iter()
+        .find(|x| x.kind == "parallelism")
+        .expect("a parallelism recommendation");
+    assert!(
+        rec.assumes
+            .contains("the consumer's 200 CPU-ms per element (20"),
+        "{}",
+        rec.assumes
+    );
+    assert!(
+        rec.assumes.contains("of it the consumer's own)"),
+        "{}",
+        rec.assumes
+    );
 }

@@ -13,7 +13,9 @@
 //! - Any other thread with attribution evidence (CPU time between
 //!   `record_stop` calls) is split in proportion to the evidence. Evidence
 //!   on the root iterator is the consumer (the training loop between two
-//!   `next()` calls): outside the pipeline.
+//!   `next()` calls): outside the pipeline, and counted apart as the
+//!   consumer's (the analyzer charges it per element; other CPU outside the
+//!   pipeline may be fixed per second).
 //! - Pipeline threads without evidence are unattributed; other threads
 //!   without evidence are outside the pipeline (training step, Python).
 //!
@@ -206,6 +208,9 @@ enum Target {
     Op(usize),
     Unattributed,
     NonPipeline,
+    /// Evidence on a root iterator: the consumer between two `GetNext`
+    /// calls (outside the pipeline, but known to take the root's elements).
+    Consumer,
 }
 
 /// How one thread's time is split: CPU weights and, per wait kind, the
@@ -280,7 +285,7 @@ impl OpContext {
 
     fn target(&self, op_path: &str) -> Target {
         match self.index.get(op_path) {
-            Some(i) if self.roots.contains(i) => Target::NonPipeline,
+            Some(i) if self.roots.contains(i) => Target::Consumer,
             Some(&i) => Target::Op(i),
             None => Target::Unattributed,
         }
@@ -375,6 +380,7 @@ fn apply_plan(
         attributed: Vec::new(),
         unattributed_cpu_ns: 0,
         non_pipeline_cpu_ns: 0,
+        consumer_cpu_ns: 0,
     };
     let cpu = split_exact(t.cpu_ns, &plan.cpu).unwrap_or_default();
     for (target, ns) in cpu {
@@ -399,6 +405,12 @@ fn apply_plan(
                 row.non_pipeline_cpu_ns = row.non_pipeline_cpu_ns.saturating_add(ns);
                 out.cpu.non_pipeline_cpu_ns = out.cpu.non_pipeline_cpu_ns.saturating_add(ns);
             }
+            Target::Consumer => {
+                row.non_pipeline_cpu_ns = row.non_pipeline_cpu_ns.saturating_add(ns);
+                row.consumer_cpu_ns = row.consumer_cpu_ns.saturating_add(ns);
+                out.cpu.non_pipeline_cpu_ns = out.cpu.non_pipeline_cpu_ns.saturating_add(ns);
+                out.cpu.consumer_cpu_ns = out.cpu.consumer_cpu_ns.saturating_add(ns);
+            }
         }
     }
     row.attributed
@@ -415,7 +427,7 @@ fn apply_plan(
                     None => continue,
                 },
                 Target::Unattributed => &mut out.unattributed_waits,
-                Target::NonPipeline => &mut out.non_pipeline_waits,
+                Target::NonPipeline | Target::Consumer => &mut out.non_pipeline_waits,
             };
             k.add(dest, ns, count);
         }

@@ -119,6 +119,10 @@ pub struct CpuTotals {
     pub unattributed_cpu_ns: u64,
     /// Outside the pipeline: the training step, Python, the consumer.
     pub non_pipeline_cpu_ns: u64,
+    /// The part of `non_pipeline_cpu_ns` the consumer spent between two
+    /// `GetNext` calls on the root iterator (attribution evidence on the
+    /// root): the work it does per element it takes.
+    pub consumer_cpu_ns: u64,
 }
 
 /// One thread over the window.
@@ -134,6 +138,9 @@ pub struct ThreadTotals {
     pub attributed: Vec<(String, u64)>,
     pub unattributed_cpu_ns: u64,
     pub non_pipeline_cpu_ns: u64,
+    /// The part of `non_pipeline_cpu_ns` booked to the root iterator: this
+    /// thread takes the root's elements (the consumer).
+    pub consumer_cpu_ns: u64,
 }
 
 /// One file over the window, summed over threads.

@@ -100,6 +100,7 @@ fn probe_thread(t: &ThreadTotals) -> ProbeThread {
             .collect(),
         unattributed_ns: sat_i64(t.unattributed_cpu_ns),
         non_pipeline_ns: sat_i64(t.non_pipeline_cpu_ns),
+        consumer_ns: sat_i64(t.consumer_cpu_ns),
     }
 }
 
@@ -165,6 +166,7 @@ pub(crate) fn fill_snapshot(s: &mut PipelineSnapshot, w: &WindowResult) {
             pipeline_ns: sat_i64(c.pipeline_cpu_ns),
             unattributed_ns: sat_i64(c.unattributed_cpu_ns),
             non_pipeline_ns: sat_i64(c.non_pipeline_cpu_ns),
+            consumer_ns: sat_i64(c.consumer_cpu_ns),
             threads: w.threads.iter().map(probe_thread).collect(),
             unattributed_waits: Some(probe_waits(&w.unattributed_waits)),
             non_pipeline_waits: Some(probe_waits(&w.non_pipeline_waits)),

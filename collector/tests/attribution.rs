@@ -81,6 +81,9 @@ fn usage_totals() {
             pipeline_cpu_ns: 8_700_000_001,
             unattributed_cpu_ns: SEC,
             non_pipeline_cpu_ns: 6_500_000_000,
+            // The main thread's 6 s on Root; tf_Compute's 0.5 s is not
+            // known to take elements.
+            consumer_cpu_ns: 6 * SEC,
         }
     );
     assert!(w.has_thread_data());
@@ -138,6 +141,8 @@ fn root_evidence_is_outside_the_pipeline() {
     // The 9 s evidence (3:1 Root:Prefetch) replaced the 2 s one.
     assert_eq!(main.attributed, [(P_PREFETCH.to_string(), 2 * SEC)]);
     assert_eq!(main.non_pipeline_cpu_ns, 6 * SEC);
+    // All of it the consumer's: the thread takes the root's elements.
+    assert_eq!(main.consumer_cpu_ns, 6 * SEC);
     assert_eq!(main.unattributed_cpu_ns, 0);
     let pf = op(&w, P_PREFETCH);
     assert_eq!((pf.cpu_ns, pf.udf_cpu_ns), (2 * SEC, 0));
@@ -156,7 +161,9 @@ fn root_evidence_is_outside_the_pipeline() {
     // Without evidence: a pipeline thread is unattributed, another thread
     // is outside the pipeline.
     assert_eq!(thread_row(&w, T_GETNEXT).unattributed_cpu_ns, SEC);
-    assert_eq!(thread_row(&w, T_COMPUTE).non_pipeline_cpu_ns, 500 * MS);
+    let compute = thread_row(&w, T_COMPUTE);
+    assert_eq!(compute.non_pipeline_cpu_ns, 500 * MS);
+    assert_eq!(compute.consumer_cpu_ns, 0);
 }
 
 #[test]

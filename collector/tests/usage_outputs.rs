@@ -125,6 +125,10 @@ fn stats_pb_extension_fields() {
     assert_eq!(main.attributed[0].op_path, P_PREFETCH);
     assert_eq!(main.attributed[0].cpu_ns, 2 * S);
     assert_eq!(main.non_pipeline_ns, 6 * S);
+    // The main thread takes the root's elements: its outside CPU is the
+    // consumer's, and so is the snapshot's (tf_Compute's is not).
+    assert_eq!(main.consumer_ns, 6 * S);
+    assert_eq!(cpu.consumer_ns, 6 * S);
     assert_eq!(main.waits.as_ref().map(|w| w.gil_wait_ns), Some(S));
     assert_eq!(cpu.threads[1].role, "udf_pool");
     assert_eq!(
