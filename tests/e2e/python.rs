@@ -255,7 +255,7 @@ fn function_lines(script: &str, name: &str) -> std::ops::RangeInclusive<u32> {
     (start as u32 + 1)..=(end as u32)
 }
 
-/// tf.py_function with a heavy UDF (100,000 iterations an element): the
+/// tf.py_function with a heavy UDF (300,000 iterations an element): the
 /// map op's on-CPU samples carry the UDF's frame, with its file and a
 /// line of its body, under PyFuncOp::Compute; the main thread's carry the
 /// training loop; locks.folded has GIL waits inside the UDF, under
@@ -263,7 +263,7 @@ fn function_lines(script: &str, name: &str) -> std::ops::RangeInclusive<u32> {
 #[test]
 fn python_frames_on_the_py_function_workload() {
     require_root();
-    let w = Workload::start("py_function.py", &["--pyiters", "100000"]);
+    let w = Workload::start("py_function.py", &["--pyiters", "300000"]);
     let out = tempdir("python-pyfunc");
     let pid = w.pid.to_string();
     let o = run_probe(&[
@@ -274,8 +274,10 @@ fn python_frames_on_the_py_function_workload() {
         "--output",
         out.to_str().expect("utf8"),
         "-q",
+        // The main thread mostly waits for the map: at 49 Hz an 8 s
+        // recording can hold none of its samples (seen in CI).
         "--sample-hz",
-        "49",
+        "999",
     ]);
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
