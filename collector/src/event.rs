@@ -169,13 +169,22 @@ pub struct ProbeCost {
     /// or run for it: programs on scheduler or syscall tracepoints also run
     /// for other processes, and count in full).
     pub bpf_ns: u64,
-    /// Uprobe hits in the target (each is a trap into the kernel).
+    /// Uprobe and uretprobe hits in the target (each is a trap into the
+    /// kernel).
     pub trap_hits: u64,
-    /// `trap_hits` times the calibrated cost of a trap without its
-    /// program, ns.
+    /// The calibrated cost of the traps without their programs, ns: the
+    /// entry probes' hits (`trap_hits - retprobe_hits`) times
+    /// `trap_cost_ns`, plus `retprobe_hits` times `retprobe_cost_ns`.
     pub trap_ns: u64,
-    /// The calibrated cost of one trap, ns (0: not calibrated).
+    /// The calibrated cost of one entry trap, ns (0: not calibrated).
     pub trap_cost_ns: u64,
+    /// The hits of return probes among `trap_hits`.
+    #[serde(default)]
+    pub retprobe_hits: u64,
+    /// What a return probe adds to a call its function's entry probe
+    /// already traps, ns (calibrated with `trap_cost_ns`).
+    #[serde(default)]
+    pub retprobe_cost_ns: u64,
     /// The shim's own time in the target, ns (`plumber-probe run`: its
     /// hooks and their clock reads; 0 under `--pid`).
     #[serde(default)]

@@ -156,6 +156,11 @@ pub struct ReportOverhead {
     pub trap_hits: i64,
     pub trap_ns: i64,
     pub trap_cost_ns: i64,
+    /// The return probes' hits among `trap_hits`, and each one's cost.
+    #[serde(default)]
+    pub retprobe_hits: i64,
+    #[serde(default)]
+    pub retprobe_cost_ns: i64,
     pub probe_cpu_ns: i64,
     /// `plumber-probe run`: the shim's time in its hooks (0 under --pid).
     #[serde(default)]
@@ -184,6 +189,8 @@ impl ReportOverhead {
             trap_hits: o.trap_hits,
             trap_ns: o.trap_ns,
             trap_cost_ns: o.trap_cost_ns,
+            retprobe_hits: o.retprobe_hits,
+            retprobe_cost_ns: o.retprobe_cost_ns,
             probe_cpu_ns: o.probe_cpu_ns,
             shim_ns: o.shim_ns,
             budget: o.budget,

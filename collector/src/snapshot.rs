@@ -420,6 +420,8 @@ fn overhead_proto(c: &crate::event::ProbeCost) -> ProbeOverhead {
         trap_hits: sat_i64(c.trap_hits),
         trap_ns: sat_i64(c.trap_ns),
         trap_cost_ns: sat_i64(c.trap_cost_ns),
+        retprobe_hits: sat_i64(c.retprobe_hits),
+        retprobe_cost_ns: sat_i64(c.retprobe_cost_ns),
         probe_cpu_ns: sat_i64(c.probe_cpu_ns),
         shim_ns: sat_i64(c.shim_ns),
         budget: c.budget,

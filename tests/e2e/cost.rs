@@ -61,6 +61,7 @@ fn check_consistent(who: &str, s: &PipelineSnapshot, j: &serde_json::Value) {
     assert!(j.is_object(), "{who}: no probe_overhead in report.json");
     assert_eq!(j["target_cpu_ns"].as_i64(), Some(o.target_cpu_ns), "{who}");
     assert_eq!(j["trap_hits"].as_i64(), Some(o.trap_hits), "{who}");
+    assert_eq!(j["retprobe_hits"].as_i64(), Some(o.retprobe_hits), "{who}");
     assert!(o.target_cpu_ns > 0, "{who}: no target CPU in the window");
     assert_eq!(j["shim_ns"].as_i64(), Some(o.shim_ns), "{who}");
     let parts = (o.bpf_ns + o.trap_ns + o.shim_ns + o.probe_cpu_ns) as f64;
@@ -70,7 +71,13 @@ fn check_consistent(who: &str, s: &PipelineSnapshot, j: &serde_json::Value) {
         parts,
         0.001,
     );
-    assert_eq!(o.trap_ns, o.trap_hits * o.trap_cost_ns, "{who}: trap_ns");
+    // Entry traps and return probes, each at its own calibrated cost.
+    assert!(o.retprobe_hits <= o.trap_hits, "{who}: {o:?}");
+    assert_eq!(
+        o.trap_ns,
+        (o.trap_hits - o.retprobe_hits) * o.trap_cost_ns + o.retprobe_hits * o.retprobe_cost_ns,
+        "{who}: trap_ns"
+    );
 }
 
 /// `strict`: the share must be within the 1% budget; else only never
@@ -88,8 +95,16 @@ fn check_default(e: &Expect, strict: bool) {
     let c = s.probe_overhead.as_ref().expect("checked");
     eprintln!("{}: {line}", e.script);
     eprintln!(
-        "{}: target_cpu_ns={} bpf_ns={} trap_hits={} trap_ns={} trap_cost_ns={} probe_cpu_ns={}",
-        e.script, c.target_cpu_ns, c.bpf_ns, c.trap_hits, c.trap_ns, c.trap_cost_ns, c.probe_cpu_ns
+        "{}: target_cpu_ns={} bpf_ns={} trap_hits={} retprobe_hits={} trap_ns={} trap_cost_ns={} retprobe_cost_ns={} probe_cpu_ns={}",
+        e.script,
+        c.target_cpu_ns,
+        c.bpf_ns,
+        c.trap_hits,
+        c.retprobe_hits,
+        c.trap_ns,
+        c.trap_cost_ns,
+        c.retprobe_cost_ns,
+        c.probe_cpu_ns
     );
     assert!(c.trap_hits > 0, "{}: no uprobe hits counted", e.script);
     assert!(
@@ -97,6 +112,12 @@ fn check_default(e: &Expect, strict: bool) {
         "{}: trap cost {} ns is implausible",
         e.script,
         c.trap_cost_ns
+    );
+    assert!(
+        (100..=50_000).contains(&c.retprobe_cost_ns),
+        "{}: return probe cost {} ns is implausible",
+        e.script,
+        c.retprobe_cost_ns
     );
     assert!(c.bpf_ns > 0 && c.probe_cpu_ns > 0, "{}: {c:?}", e.script);
     assert!(

@@ -19,6 +19,9 @@ pub struct ProgRef {
     /// not compiled into the kernels we run on, and we attach none): each
     /// of its runs is a trap in the process that hit it.
     pub uprobe: bool,
+    /// A uretprobe program (its section says so): its runs are the return
+    /// half of an entry-and-return pair, costed apart (`crate::cost`).
+    pub ret: bool,
 }
 
 impl ProgRef {
@@ -28,6 +31,7 @@ impl ProgRef {
             id,
             name: prog.name().to_string_lossy().into_owned(),
             uprobe: prog.prog_type() == ProgramType::Kprobe,
+            ret: prog.section().to_string_lossy().starts_with("uretprobe"),
         })
     }
 }
@@ -81,14 +85,20 @@ impl Bpf<'_> {
     }
 
     /// The no-op `gp_warmer` program at `offset` of `exe`, in our own
-    /// process: a trap whose cost can be timed (`crate::cost::trap`).
-    /// A perf-event uprobe, not a multi link like the real probes (the
-    /// program is built for those); the trap is the same int3.
-    pub fn attach_own_uprobe(&self, exe: &std::path::Path, offset: u64) -> Result<Link, BpfError> {
+    /// process, as an entry probe or (`ret`) a return probe: a trap whose
+    /// cost can be timed (`crate::cost::trap`). A perf-event uprobe, not
+    /// a multi link like the real probes (those need a program built for
+    /// them); the int3 and the return trampoline are the same.
+    pub fn attach_own_uprobe(
+        &self,
+        exe: &std::path::Path,
+        offset: u64,
+        ret: bool,
+    ) -> Result<Link, BpfError> {
         self.skel
             .progs
             .gp_warmer
-            .attach_uprobe(false, std::process::id() as i32, exe, offset as usize)
+            .attach_uprobe(ret, std::process::id() as i32, exe, offset as usize)
             .map_err(|source| BpfError::Attach {
                 what: "trap calibration probe",
                 lib: exe.display().to_string(),

@@ -5,8 +5,14 @@ fn prog(name: &str, uprobe: bool) -> ProgRef {
         id: 0,
         name: name.into(),
         uprobe,
+        ret: false,
     }
 }
+
+const TRAPS: TrapCosts = TrapCosts {
+    entry_ns: 700,
+    ret_ns: 1_900,
+};
 
 #[test]
 fn parts_are_the_differences_and_sum_to_the_share() {
@@ -27,7 +33,7 @@ fn parts_are_the_differences_and_sum_to_the_share() {
         probe_cpu_ns: 60_000_000,
         progs: vec![(20_100, 2_010_000), (101_000, 5_050_000), (7, 70)],
     };
-    let c = cost_between(&base, &now, &progs, 700, 0.01);
+    let c = cost_between(&base, &now, &progs, TRAPS, 0.01);
     assert_eq!(c.target_cpu_ns, 10_000_000_000);
     assert_eq!(c.probe_cpu_ns, 10_000_000);
     // Both programs' run time; only the uprobe's runs are traps.
@@ -35,12 +41,50 @@ fn parts_are_the_differences_and_sum_to_the_share() {
     assert_eq!(c.trap_hits, 20_000);
     assert_eq!(c.trap_ns, 14_000_000);
     assert_eq!(c.trap_cost_ns, 700);
+    assert_eq!((c.retprobe_hits, c.retprobe_cost_ns), (0, 1_900));
     // A program that did not run is not listed.
     let names: Vec<&str> = c.probes.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["record_stop", "on_switch"]);
     let parts = (c.bpf_ns + c.trap_ns + c.probe_cpu_ns) as f64;
     assert!((c.target_share() * c.target_cpu_ns as f64 - parts).abs() < 1.0);
     assert!((c.target_share() - 0.0031).abs() < 1e-9);
+}
+
+/// An entry and return pair on one function (GetNext under `--mode
+/// uprobes`): the entry runs cost an entry trap each, the return runs what
+/// a return probe adds, not a second entry trap.
+#[test]
+fn return_probes_cost_their_own_figure() {
+    let progs = [
+        prog("getnext_enter", true),
+        ProgRef {
+            ret: true,
+            ..prog("getnext_exit", true)
+        },
+        // A return probe that did not run counts no hit.
+        ProgRef {
+            ret: true,
+            ..prog("libc_io_exit", true)
+        },
+    ];
+    let base = Reading {
+        target_cpu_ns: 0,
+        shim_ns: 0,
+        probe_cpu_ns: 0,
+        progs: vec![(0, 0), (5, 50), (3, 30)],
+    };
+    let now = Reading {
+        target_cpu_ns: 1_000_000_000,
+        shim_ns: 0,
+        probe_cpu_ns: 0,
+        progs: vec![(1_000, 100_000), (1_005, 100_050), (3, 30)],
+    };
+    let c = cost_between(&base, &now, &progs, TRAPS, 0.01);
+    assert_eq!((c.trap_hits, c.retprobe_hits), (2_000, 1_000));
+    assert_eq!(c.trap_ns, 1_000 * 700 + 1_000 * 1_900);
+    assert_eq!(c.retprobe_cost_ns, 1_900);
+    assert_eq!(c.bpf_ns, 200_000);
+    assert_eq!(c.total_ns(), 200_000 + 2_600_000);
 }
 
 #[test]
@@ -60,7 +104,7 @@ fn counters_that_go_back_count_nothing() {
         probe_cpu_ns: 4,
         progs: vec![(1, 1)],
     };
-    let c = cost_between(&base, &now, &progs, 700, 0.01);
+    let c = cost_between(&base, &now, &progs, TRAPS, 0.01);
     assert_eq!(c.total_ns(), 0);
     assert_eq!(c.target_share(), 0.0);
     assert!(c.probes.is_empty());

@@ -10,10 +10,12 @@
 //! program attached, a few rounds each (thread CPU time, which counts the
 //! kernel's part); the fastest round of each stands for it, as noise only
 //! ever adds. The difference per call, less the program's own run time
-//! from the kernel's statistics, is the trap.
+//! from the kernel's statistics, is the trap. A return probe is then
+//! added on the same function and timed the same way: what it adds per
+//! call is costed apart (`TrapCosts::ret_ns`), as it is no entry trap.
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -37,9 +39,12 @@ pub enum TrapError {
     Clock,
 }
 
-/// Calls per round: ~2-5 ms of trapping at 0.5-1 us a trap.
-const CALLS: u32 = 5_000;
-const ROUNDS: usize = 3;
+/// Calls per round: ~1-2.5 ms of trapping at 0.5-1.3 us a call. Short
+/// rounds, more of them: the fastest of five short rounds is likelier to
+/// be one no other task or interrupt touched than the fastest of three
+/// long ones, on a loaded 2-core machine.
+const CALLS: u32 = 2_000;
+const ROUNDS: usize = 5;
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
@@ -59,10 +64,29 @@ extern "C" {
     fn plumber_trap_target();
 }
 
-/// The calibrated trap cost, ns, and how long calibrating took;
-/// `stats_on`: the kernel's BPF statistics are on (the program's own run
-/// time is then subtracted, and its hits prove the probe fired).
-pub fn calibrate(bpf: &Bpf<'_>, stats_on: bool) -> Result<(u64, Duration), TrapError> {
+/// What a probed call costs beyond its programs' run time, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrapCosts {
+    /// An entry probe: the int3, the kernel's uprobe dispatch and the
+    /// return to user space.
+    pub entry_ns: u64,
+    /// What a return probe on the same function adds to the call: not a
+    /// second entry trap (the kernel keeps one breakpoint per function and
+    /// runs both probes' handlers from it) but the return address hijacked
+    /// at entry (a return_instance per call) and the trampoline taken at
+    /// return (the `uretprobe` syscall on x86-64 since Linux 6.11, an int3
+    /// before), with its own handler dispatch.
+    pub ret_ns: u64,
+}
+
+/// The calibrated costs and how long calibrating took; `stats_on`: the
+/// kernel's BPF statistics are on (the program's own run time is then
+/// subtracted, and its hits prove the probes fired).
+///
+/// Three phases of `ROUNDS` rounds: no probe, the entry probe, the entry
+/// and return probes; the entry trap is the second less the first, the
+/// return probe's part the third less the second.
+pub fn calibrate(bpf: &Bpf<'_>, stats_on: bool) -> Result<(TrapCosts, Duration), TrapError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(TrapError::Arch);
     }
@@ -70,49 +94,80 @@ pub fn calibrate(bpf: &Bpf<'_>, stats_on: bool) -> Result<(u64, Duration), TrapE
     let (exe, offset) = own_file_offset()?;
     let looked_up = t0.elapsed();
     let plain = fastest_round()?;
-    let (probed, program_ns) = probed_rounds(bpf, &exe, offset, stats_on)?;
-    let per_call = probed.saturating_sub(plain) / u64::from(CALLS);
+    // Attaching waits for RCU grace periods: the part of the wall time
+    // that is not the rounds.
+    let mut attaching = Duration::ZERO;
+    let mut attach = |ret: bool| {
+        let t = Instant::now();
+        let link = bpf.attach_own_uprobe(&exe, offset, ret);
+        attaching += t.elapsed();
+        link
+    };
+    let entry_link = attach(false)?;
+    let phases = probed_rounds(bpf, stats_on, 1).and_then(|entry| {
+        let ret_link = attach(true)?;
+        let pair = probed_rounds(bpf, stats_on, 2);
+        bpf.release(ret_link);
+        Ok((entry, pair?))
+    });
+    bpf.release(entry_link);
+    let (entry, pair) = phases?;
+    let calls = u64::from(CALLS);
+    let entry_ns = (entry.fastest.saturating_sub(plain) / calls).saturating_sub(entry.program_ns);
+    let pair_ns = (pair.fastest.saturating_sub(plain) / calls).saturating_sub(pair.program_ns);
     tracing::debug!(
         lookup_ms = looked_up.as_secs_f64() * 1e3,
-        plain_ns = plain / u64::from(CALLS),
-        probed_ns = probed / u64::from(CALLS),
-        program_ns,
+        attach_ms = attaching.as_secs_f64() * 1e3,
+        plain_ns = plain / calls,
+        entry_probed_ns = entry.fastest / calls,
+        pair_probed_ns = pair.fastest / calls,
+        entry.program_ns,
+        pair.program_ns,
         "trap calibration"
     );
-    Ok((per_call.saturating_sub(program_ns), t0.elapsed()))
+    let costs = TrapCosts {
+        entry_ns,
+        ret_ns: pair_ns.saturating_sub(entry_ns),
+    };
+    Ok((costs, t0.elapsed()))
 }
 
-/// The fastest round with the probe in, per CALLS calls, and the program's
-/// own run time per hit (0 when the statistics are off).
-fn probed_rounds(
-    bpf: &Bpf<'_>,
-    exe: &Path,
-    offset: u64,
-    stats_on: bool,
-) -> Result<(u64, u64), TrapError> {
+/// One probed phase: the fastest round, per `CALLS` calls, and the
+/// program's own run time per call (`runs` runs; 0 when the statistics are
+/// off).
+struct Probed {
+    fastest: u64,
+    program_ns: u64,
+}
+
+/// `ROUNDS` rounds with the probes attached, each call running the
+/// program `runs` times.
+fn probed_rounds(bpf: &Bpf<'_>, stats_on: bool, runs: u64) -> Result<Probed, TrapError> {
     let prog = stats_on
         .then(|| bpf.warmer_id().and_then(open_program))
         .flatten();
     let stats = || prog.as_ref().and_then(|fd| run_stats(fd.as_fd()));
-    let link = bpf.attach_own_uprobe(exe, offset)?;
     let before = stats();
-    let probed = fastest_round();
+    let fastest = fastest_round()?;
     let after = stats();
-    bpf.release(link);
-    let probed = probed?;
     let (hits, ns) = match (before, after) {
         (Some((c0, n0)), Some((c1, n1))) => (c1.saturating_sub(c0), n1.saturating_sub(n0)),
         _ => (0, 0),
     };
     let calls = u64::from(CALLS) * ROUNDS as u64;
-    // With the statistics on, the hits prove the probe fired; without
-    // them a probe that did not fire gives a difference of ~0, a trap
-    // cost of ~0 that the caller reports as implausible.
-    if before.is_some() && hits < calls {
-        return Err(TrapError::NotHit { hits, calls });
+    // With the statistics on, the hits prove the probes fired; without
+    // them a probe that did not fire gives a difference of ~0, a cost of
+    // ~0 that the caller reports as implausible.
+    if before.is_some() && hits < calls * runs {
+        return Err(TrapError::NotHit {
+            hits,
+            calls: calls * runs,
+        });
     }
-    let program_ns = ns.checked_div(hits).unwrap_or(0);
-    Ok((probed, program_ns))
+    Ok(Probed {
+        fastest,
+        program_ns: ns.checked_div(calls).unwrap_or(0),
+    })
 }
 
 /// Our executable and the file offset of `plumber_trap_target` in it,
