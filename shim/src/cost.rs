@@ -1,6 +1,7 @@
 //! The shim's own cost in the target: its time inside its hooks and their
-//! clock reads, accumulated per thread in `ThreadSlot::hook_ns` for the
-//! parent's cost line (`shim_ns`).
+//! clock reads, accumulated per thread in `ThreadSlot::hook_ns` (by
+//! `thread::add_hook_ns` and `thread::HookSpan`) for the parent's cost
+//! line (`shim_ns`). This module only knows what clock reads cost.
 //!
 //! Timing a hook costs clock reads of its own, so it is counted cheaply:
 //! - `record_stop`, the hot hook (one call per element per op), already
@@ -27,8 +28,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::abi::Header;
-use crate::thread::{self, clock_ns};
+use crate::clock::clock_ns;
 
 /// One `record_stop` in this many times itself.
 pub const SELF_TIME_EVERY: u32 = 16;
@@ -70,27 +70,4 @@ pub fn calibrate() {
 pub fn reads_ns(mono: u64, cpu: u64) -> u64 {
     mono.saturating_mul(MONO_READ_NS.load(Ordering::Relaxed))
         .saturating_add(cpu.saturating_mul(CPU_READ_NS.load(Ordering::Relaxed)))
-}
-
-/// Adds `ns` to this thread's `hook_ns`.
-pub fn add(h: &Header, ns: u64) {
-    if ns > 0 {
-        thread::add_hook_ns(h, ns);
-    }
-}
-
-/// A stretch of a hook's work, timed on the monotonic clock (for rare
-/// hooks: it costs two reads).
-pub struct Span(u64);
-
-impl Span {
-    pub fn start() -> Span {
-        Span(clock_ns(libc::CLOCK_MONOTONIC))
-    }
-
-    /// The stretch plus the start's own read.
-    pub fn end(self, h: &Header) {
-        let dt = clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(self.0);
-        add(h, dt.saturating_add(reads_ns(1, 0)));
-    }
 }

@@ -149,7 +149,7 @@ pub unsafe extern "C-unwind" fn remove_node(model: *mut c_void, node: *mut c_voi
     let f: RemoveNodeFn = unsafe { core::mem::transmute::<*mut c_void, RemoveNodeFn>(f) };
     if let Some(h) = shm::owned(true) {
         // Reading the node is a system call: rare, timed in full.
-        let span = crate::cost::Span::start();
+        let span = crate::thread::HookSpan::start();
         crate::retired::record(h, node);
         span.end(h);
     }
@@ -191,13 +191,13 @@ pub unsafe extern "C-unwind" fn PyEval_RestoreThread(tstate: *mut c_void) {
     // SAFETY: a non-null address dlsym returned for this very symbol.
     let f: RestoreThreadFn = unsafe { core::mem::transmute::<*mut c_void, RestoreThreadFn>(f) };
     let h = shm::owned(false).filter(|_| !crate::thread::in_py());
-    let t0 = h.map(|_| crate::thread::clock_ns(libc::CLOCK_MONOTONIC));
+    let t0 = h.map(|_| crate::clock::clock_ns(libc::CLOCK_MONOTONIC));
     // SAFETY: forwarding the caller's argument to the real function.
     unsafe { f(tstate) };
     if let (Some(h), Some(t0)) = (h, t0) {
-        let dt = crate::thread::clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(t0);
+        let dt = crate::clock::clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(t0);
         crate::thread::on_gil_wait(h, dt);
-        crate::cost::add(h, crate::cost::reads_ns(2, 0));
+        crate::thread::add_hook_ns(h, crate::cost::reads_ns(2, 0));
     }
 }
 

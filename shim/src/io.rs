@@ -11,11 +11,12 @@ use core::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use core::sync::atomic::Ordering;
 
 use crate::abi::{self, Header, IoRow};
-use crate::cost::{self, Span};
+use crate::clock::clock_ns;
+use crate::cost;
 use crate::real::Real;
 use crate::retired::read_self;
 use crate::shm;
-use crate::thread::{self, clock_ns};
+use crate::thread::{self, HookSpan};
 
 static OPEN: Real = Real::new(c"open", b"");
 static OPEN64: Real = Real::new(c"open64", b"");
@@ -205,7 +206,7 @@ fn fd_path(fd: c_int, out: &mut [u8; abi::PATH_LEN]) -> Option<usize> {
 fn opened(fd: c_int, path: *const c_char) {
     let Some(h) = shm::owned(false) else { return };
     // fstat and readlink: rare, timed in full.
-    let span = Span::start();
+    let span = HookSpan::start();
     opened_in(h, fd, path);
     span.end(h);
 }
@@ -251,7 +252,7 @@ fn opened_in(h: &Header, fd: c_int, path: *const c_char) {
 fn did_read(fd: c_int, n: isize, ns: u64) {
     let Some(h) = shm::owned(false) else { return };
     // The two reads of `timed`, on every read call.
-    cost::add(h, cost::reads_ns(2, 0));
+    thread::add_hook_ns(h, cost::reads_ns(2, 0));
     let Some(fs) = h.fds.get(fd as usize) else {
         return;
     };
@@ -260,7 +261,7 @@ fn did_read(fd: c_int, n: isize, ns: u64) {
         return;
     }
     // A followed file's read names its op (process_vm_readv): timed.
-    let span = Span::start();
+    let span = HookSpan::start();
     let n = n as u64;
     fs.bytes.fetch_add(n, Ordering::Relaxed);
     thread::on_read(h, n, ns);

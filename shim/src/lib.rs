@@ -23,6 +23,7 @@
 //! forwarding itself never depends on it.
 
 pub mod abi;
+mod clock;
 mod cost;
 mod hooks;
 mod io;

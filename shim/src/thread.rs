@@ -6,6 +6,7 @@ use core::cell::Cell;
 use core::sync::atomic::Ordering;
 
 use crate::abi::{self, Header, NodeAttr, ThreadSlot};
+use crate::clock::clock_ns;
 use crate::cost;
 
 /// Not looked up yet / no row (table full).
@@ -50,18 +51,6 @@ thread_local! {
             stops: Cell::new(0),
         }
     };
-}
-
-pub fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill; a failure leaves it zero.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// Entering an iterator's GetNext on this thread.
@@ -225,7 +214,26 @@ fn book_stop(h: &Header, st: &ThreadState, node: u64, now: u64) {
 
 /// Adds `ns` of the shim's own time to this thread's row (see cost.rs).
 pub fn add_hook_ns(h: &Header, ns: u64) {
+    if ns == 0 {
+        return;
+    }
     let _ = STATE.try_with(|st| add_hook(h, st, ns));
+}
+
+/// A stretch of a rare hook's work, timed on the monotonic clock (it costs
+/// two reads), added to this thread's `hook_ns` (see cost.rs).
+pub struct HookSpan(u64);
+
+impl HookSpan {
+    pub fn start() -> HookSpan {
+        HookSpan(clock_ns(libc::CLOCK_MONOTONIC))
+    }
+
+    /// The stretch plus the start's own read.
+    pub fn end(self, h: &Header) {
+        let dt = clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(self.0);
+        add_hook_ns(h, dt.saturating_add(cost::reads_ns(1, 0)));
+    }
 }
 
 fn add_hook(h: &Header, st: &ThreadState, ns: u64) {
