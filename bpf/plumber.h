@@ -74,7 +74,9 @@ enum pp_drop {
 	PP_DROP_WAIT_SAMPLE_RINGBUF_FULL = 15,	/* a sampled wait's stack copy */
 	PP_DROP_WAIT_STACK_COPY_FAILED = 16,	/* sent with no stack */
 	PP_DROP_SPAN_RINGBUF_FULL = 17,		/* an op span for trace.json */
-	PP_DROP__COUNT = 18,
+	PP_DROP_BLOCK_COPY_MAP_FULL = 18,	/* a sampled block's stack copy */
+	PP_DROP_BLOCK_NO_USER_REGS = 19,	/* likewise: no user registers */
+	PP_DROP__COUNT = 20,
 };
 
 /* Kinds of blocking, indexes into pp_waits. */
@@ -129,6 +131,11 @@ struct pp_thread {
 	/* Start of the current op span: the last record_stop, or the wake-up
 	 * after a block since (trace.json spans leave out idle time). */
 	__u64 span_start;
+	/* Stack copies of blocks (probe.bpf.c, take_block_copy): when the
+	 * last was taken, and the blocks since, in this window. */
+	__u64 block_copy_ns;
+	__u32 blocks_uncopied;
+	__u32 _pad_block;
 };
 
 /* Call-site stacks of blocks are taken for one block in PP_BLOCK_SAMPLE,
@@ -137,6 +144,12 @@ struct pp_thread {
  * itself, and TensorFlow enters absl's slow path thousands of times a
  * second); user space scales those sites up. Wait totals are not sampled. */
 #define PP_BLOCK_SAMPLE 8
+/* A block's stack copy (32 KiB, and the Python walk) is taken for one
+ * block in PP_BLOCK_SAMPLE of a thread, or sooner when the thread's last
+ * copy is PP_BLOCK_COPY_GAP_NS old: a thread that blocks a few times a
+ * window (the training loop waiting for its next batch) still has its
+ * blocks copied. Each copy weighs the blocks it stands for. */
+#define PP_BLOCK_COPY_GAP_NS 20000000ull
 #define PP_WAIT_SAMPLE 8
 #define PP_STACK_UNSAMPLED (-1000)
 
@@ -144,6 +157,8 @@ struct pp_thread {
 /* Has booked, in the current attribution window, the stretch its close
  * cut: nothing more counts for it there. */
 #define PP_THREAD_BOOKED 2u
+/* Its block in progress has a stack copy in block_copies (probe.bpf.c). */
+#define PP_THREAD_BLOCK_COPY 4u
 
 /* A followed file descriptor (the fds map's value). The user stack at a
  * read names the op reading; walking it costs several us, so it is taken

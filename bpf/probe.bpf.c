@@ -370,6 +370,28 @@ struct {
 	__uint(max_entries, 4096);
 } wait_samples SEC(".maps");
 
+/* Sampled blocks' stack copies, taken when the thread goes to sleep (it is
+ * the current task then: its user memory and Python state are readable)
+ * and sent to wait_samples when it wakes, with the block's length, which
+ * only the wake-up knows. Key: global tid; an entry lives from the
+ * switch-out to the switch-in (or the task's free). One entry unless the
+ * sampler runs (user space sizes it): 33 KiB each, preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ps_sample);
+} block_copies SEC(".maps");
+
+/* A zeroed record, the source of a new block_copies entry (a map update
+ * copies a whole value, and 33 KiB does not fit on the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ps_sample);
+} block_zero SEC(".maps");
+
 /* Op spans; one page unless the sampler runs (user space sizes it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -500,6 +522,89 @@ static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64
 					 bool in_window, __s64 stack);
 static __always_inline bool is_read_nr(long nr);
 
+/* A block begins (`prev` is going to sleep, and is the current task):
+ * when its copy is due (see PP_BLOCK_COPY_GAP_NS), its user registers,
+ * stack and Python frames, as a timer sample would take them, kept until
+ * it wakes. Only while the sampler runs and the window counts blocks (one
+ * that begins in the tail after the close has no part in it). Called
+ * before the block's window generation is stored: a thread's first block
+ * in a window does not stand for blocks of the one before. */
+static __always_inline void take_block_copy(struct task_struct *prev, struct pp_thread *st,
+					    __u64 now)
+{
+	__u64 close = attr_close_ns;
+	if (!copy_wait_stacks || !attr_open_ns || (close && now >= close))
+		return;
+	if (st->block_gen != attr_gen)
+		st->blocks_uncopied = 0;
+	st->blocks_uncopied++;
+	if (st->blocks_uncopied < PP_BLOCK_SAMPLE && now - st->block_copy_ns < PP_BLOCK_COPY_GAP_NS)
+		return;
+	__u32 tid = BPF_CORE_READ(prev, pid), zero = 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+	if (!regs) {
+		count_drop(PP_DROP_BLOCK_NO_USER_REGS);
+		return;
+	}
+	struct ps_sample *s = bpf_map_lookup_elem(&block_copies, &tid);
+	if (!s) {
+		struct ps_sample *z = bpf_map_lookup_elem(&block_zero, &zero);
+		if (!z || bpf_map_update_elem(&block_copies, &tid, z, BPF_NOEXIST) != 0) {
+			count_drop(PP_DROP_BLOCK_COPY_MAP_FULL);
+			return;
+		}
+		s = bpf_map_lookup_elem(&block_copies, &tid);
+		if (!s)
+			return;
+	}
+	/* The block's start: the wake-up sends the copy only for this block. */
+	s->mono_ns = now;
+	s->ns_tid = st->ns_tid;
+	s->flags = PS_FLAG_WAIT | (PP_WAIT_BLOCK << PS_WAIT_KIND_SHIFT);
+	/* Where the thread entered the kernel: after its syscall instruction
+	 * (a precise ip, as a timer sample's). */
+	s->ip = BPF_CORE_READ(regs, ip);
+	s->sp = BPF_CORE_READ(regs, sp);
+	s->bp = BPF_CORE_READ(regs, bp);
+	s->kstack_id = -1;
+	/* Until the wake-up: the blocks this copy stands for. */
+	s->wait_ns = st->blocks_uncopied;
+	s->_pad = 0;
+	s->stack_len = copy_stack(s, s->sp);
+	if (!s->stack_len)
+		count_drop(PP_DROP_WAIT_STACK_COPY_FAILED);
+	py_frames(s);
+	st->flags |= PP_THREAD_BLOCK_COPY;
+	st->blocks_uncopied = 0;
+	st->block_copy_ns = now;
+}
+
+/* The thread whose block began at `since` runs again: its copy, if it has
+ * one for that block, goes to user space weighing `ns` (the block's part
+ * in the window, as the counters have it) times the blocks it stands for;
+ * the entry is freed either way. */
+static __always_inline void send_block_copy(struct pp_thread *st, __u32 tid, __u64 since, __u64 ns)
+{
+	if (!(st->flags & PP_THREAD_BLOCK_COPY))
+		return;
+	st->flags &= ~PP_THREAD_BLOCK_COPY;
+	struct ps_sample *c = bpf_map_lookup_elem(&block_copies, &tid);
+	if (c && ns && since && c->mono_ns == since) {
+		struct ps_sample *s = bpf_ringbuf_reserve(&wait_samples, sizeof(*s), 0);
+		if (s && bpf_probe_read_kernel(s, sizeof(*s), c) == 0) {
+			s->wait_ns = ns * s->wait_ns;
+			/* Drained at every poll; see the file-event ring buffer. */
+			bpf_ringbuf_submit(s, BPF_RB_NO_WAKEUP);
+		} else if (s) {
+			/* Cannot fail (a map value): not sent half-copied. */
+			bpf_ringbuf_discard(s, 0);
+		} else {
+			count_drop(PP_DROP_WAIT_SAMPLE_RINGBUF_FULL);
+		}
+	}
+	bpf_map_delete_elem(&block_copies, &tid);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -531,10 +636,12 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 				   !(st->sys_start && is_read_nr(st->sys_nr))) {
 				/* Blocking outside the timed slow paths and file
 				 * reads: a condition wait, an idle pool, a sleep. */
+				bool sampled = (st->blocks++ % PP_BLOCK_SAMPLE) == 0;
+
+				take_block_copy(prev, st, now);
 				st->blocked_since = now;
 				st->block_gen = attr_gen;
-				st->block_stack = (st->blocks++ % PP_BLOCK_SAMPLE) == 0 ?
-						  user_stack(ctx) : PP_STACK_UNSAMPLED;
+				st->block_stack = sampled ? user_stack(ctx) : PP_STACK_UNSAMPLED;
 			}
 		}
 	}
@@ -546,10 +653,14 @@ int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_stru
 			st->on_since = now;
 			/* A block that began in an earlier window (the tracepoint
 			 * was detached in between) has no known length. */
-			if (st->blocked_since && now > st->blocked_since &&
-			    st->block_gen == attr_gen)
-				account_wait(st, PP_WAIT_BLOCK, st->blocked_since, now, in_window,
+			__u64 since = st->blocked_since;
+			bool known = since && now > since && st->block_gen == attr_gen;
+
+			if (known)
+				account_wait(st, PP_WAIT_BLOCK, since, now, in_window,
 					     st->block_stack);
+			send_block_copy(st, BPF_CORE_READ(next, pid), since,
+					known ? window_part(since, now) : 0);
 			/* Idle until now: the next span starts here. */
 			if (st->blocked_since)
 				st->span_start = now;
@@ -1029,11 +1140,18 @@ int BPF_PROG(on_free, struct task_struct *p)
 		return 0;
 	st->cpu_ns = BPF_CORE_READ(p, se.sum_exec_runtime);
 	st->flags |= PP_THREAD_EXITED;
+	/* A block copy of a thread that never woke again. */
+	if (st->flags & PP_THREAD_BLOCK_COPY) {
+		__u32 tid = BPF_CORE_READ(p, pid);
+
+		st->flags &= ~PP_THREAD_BLOCK_COPY;
+		bpf_map_delete_elem(&block_copies, &tid);
+	}
 	return 0;
 }
 
 /* probe/src/bpf/types.rs decodes these by offset. */
-_Static_assert(sizeof(struct pp_thread) == 304, "pp_thread layout");
+_Static_assert(sizeof(struct pp_thread) == 320, "pp_thread layout");
 _Static_assert(sizeof(struct pp_span) == 32, "pp_span layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");

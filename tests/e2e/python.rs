@@ -354,6 +354,43 @@ fn python_frames_on_the_py_function_workload() {
         svg.contains("py_loop (py_function.py:"),
         "locks.svg lacks the UDF"
     );
+    check_offcpu_python_frames(&read("offcpu.folded"));
+}
+
+/// offcpu.folded of the py_function workload (the stacks copied when a
+/// thread goes to sleep): the main thread, blocked in the iterator, sits
+/// under the training loop's Python frame, and no stack that carries
+/// Python frames keeps an interpreter frame they replaced.
+fn check_offcpu_python_frames(offcpu: &[(String, u64)]) {
+    let sum = |f: &dyn Fn(&str) -> bool| -> u64 {
+        offcpu.iter().filter(|(s, _)| f(s)).map(|(_, n)| n).sum()
+    };
+    let has_py = |s: &str| s.split(';').any(|f| py_frame(f).is_some());
+    let main = sum(&|s| !s.starts_with("[ParallelMapV2];") && s.contains(";_start;"));
+    let main_loop = sum(&|s| {
+        !s.starts_with("[ParallelMapV2];")
+            && s.contains(";_start;")
+            && s.contains(";run (common.py:")
+    });
+    let with_py = sum(&|s| has_py(s));
+    let total = sum(&|_| true);
+    eprintln!(
+        "off CPU: main thread {main_loop} of {main} ns in the training loop; \
+         {with_py} of {total} ns with Python frames"
+    );
+    assert!(
+        main > 0 && main_loop as f64 >= 0.8 * main as f64,
+        "main thread off CPU: {main_loop} of {main} ns under the training loop"
+    );
+    let left: Vec<&String> = offcpu
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| has_py(s) && s.contains("_PyEval_EvalFrameDefault"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "interpreter frames left beside Python frames: {left:#?}"
+    );
 }
 
 /// A target in its own mount namespace (a container's view): its

@@ -76,6 +76,14 @@ impl<'obj> Bpf<'obj> {
                 .wait_samples
                 .set_max_entries(8 << 20)
                 .map_err(BpfError::Load)?;
+            // Sampled blocks' stack copies in flight, from the switch-out
+            // to the wake-up: one per thread blocked with one (a block in
+            // PP_BLOCK_SAMPLE, in windows only). 33 KiB each, 4 MiB in all;
+            // a full map is counted (block_copy_map_full).
+            open.maps
+                .block_copies
+                .set_max_entries(128)
+                .map_err(BpfError::Load)?;
             // Op spans for trace.json: ~35,000 record_stop calls a second
             // on the image pipeline while record_stop is in, 40 bytes
             // each, drained every poll (1 s by default): 4 MiB is ~3 s of

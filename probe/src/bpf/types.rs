@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 18] = [
+pub const DROP_NAMES: [&str; 20] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -21,6 +21,8 @@ pub const DROP_NAMES: [&str; 18] = [
     "wait_sample_ringbuf_full",
     "wait_stack_copy_failed",
     "span_ringbuf_full",
+    "block_copy_map_full",
+    "block_no_user_regs",
 ];
 
 /// `enum pp_wait_kind`.
@@ -65,7 +67,7 @@ pub struct ThreadState {
     pub waits: Waits,
 }
 
-pub const THREAD_STATE_SIZE: usize = 304;
+pub const THREAD_STATE_SIZE: usize = 320;
 const THREAD_EXITED: u32 = 1;
 
 impl ThreadState {

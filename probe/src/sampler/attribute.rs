@@ -324,6 +324,39 @@ mod tests {
     }
 
     #[test]
+    fn unwound_block_copies_shape_off_cpu() {
+        // A sampled block's copy, its Python frames merged (no leaf: the
+        // stack ends at the syscall), and the frame-pointer block stacks
+        // it replaces: 900 ns of blocks counted, all off CPU, none a lock.
+        let f = |v: &[&str]| v.iter().map(|x| Arc::from(*x)).collect::<Vec<Arc<str>>>();
+        let block = crate::bpf::types::WAIT_BLOCK as u32;
+        let mut s = SampledStacks::default();
+        s.waits.insert(
+            (
+                5,
+                block,
+                f(&["_start", "run (common.py:239)", "GetNext", "syscall"]),
+            ),
+            300,
+        );
+        let mut ctx = StackContext::default();
+        ctx.wait_leaf.insert(2, "take_gil".into());
+        ctx.locks = vec![LockStack {
+            tid: 5,
+            wait_kind: block,
+            kind: LockKind::Condvar,
+            frames: vec!["_start".into(), "syscall".into()],
+            ns: 900,
+        }];
+        let agg = attribute(&s, &ctx);
+        assert_eq!(
+            folded_text(&agg, FoldedKind::Offcpu),
+            "[outside pipeline];tid 5;_start;run (common.py:239);GetNext;syscall 900\n"
+        );
+        assert_eq!(folded_text(&agg, FoldedKind::Locks), "");
+    }
+
+    #[test]
     fn blocks_go_off_cpu_and_reads_to_io() {
         let mut ctx = StackContext::default();
         ctx.thread_ops.insert(3, "Root::TFRecord".into());

@@ -1,6 +1,7 @@
-//! The ring buffer of sampled waits' stack copies and where they go: the
-//! stack sampler's worker unwinds them with the libraries' .eh_frame, as it
-//! does its own samples.
+//! The ring buffer of sampled waits' stack copies (lock, condition and GIL
+//! slow paths, and blocks off CPU) and where they go: the stack sampler's
+//! worker unwinds them with the libraries' .eh_frame, as it does its own
+//! samples.
 
 use std::sync::mpsc;
 
@@ -18,14 +19,14 @@ pub(super) struct WaitStacks<'a> {
 }
 
 impl<'a> WaitStacks<'a> {
-    /// Sends the stacks of sampled lock and GIL waits (copied in BPF) to
-    /// `tx`, the stack sampler, from now on; None (said why) when they
-    /// cannot be copied.
+    /// Sends the stacks of sampled lock and GIL waits and blocks (copied in
+    /// BPF) to `tx`, the stack sampler, from now on; None (said why) when
+    /// they cannot be copied.
     pub(super) fn start(bpf: &'a Bpf<'_>, tx: mpsc::Sender<Vec<RawSample>>) -> Option<Self> {
         let started = RingFeed::open(|sink, bad| bpf.wait_sample_reader(sink, bad))
             .and_then(|feed| bpf.set_copy_wait_stacks(true).map(|()| feed));
         let feed = started
-            .map_err(|e| warn!("lock and GIL wait stacks stay frame-pointer walks: {e}"))
+            .map_err(|e| warn!("lock, GIL and off-CPU stacks stay frame-pointer walks: {e}"))
             .ok()?;
         Some(WaitStacks { feed, tx, lost: 0 })
     }
