@@ -250,10 +250,12 @@ def main():
         wl.stop()
     ncpu = os.cpu_count() if args.cpus == "all" else len(args.cpus.split(","))
     print_table(rows, ncpu)
-    print(f"PASS: the self-report within +/-{100 * TOLERANCE:.0f}% (relative) of the A/B slowdown; "
-          f"logs: {work}")
     judged = [r for r in rows if SETTINGS[r["setting"]][2]]
-    return 0 if judged and all(r["verdict"] == "PASS" for r in judged) else 1
+    ok = bool(judged) and all(r["verdict"] == "PASS" for r in judged)
+    print(f"{'PASS' if ok else 'FAIL'}: every judged setting's self-report within "
+          f"+/-{100 * TOLERANCE:.0f}% (relative) of its A/B slowdown"
+          f"{'' if ok else ' does not hold'}; logs: {work}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
