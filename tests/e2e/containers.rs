@@ -12,25 +12,10 @@ use crate::harness::*;
 #[test]
 fn libraries_resolved_through_the_targets_root() {
     let venv = repo().join(".venv");
-    let inside = std::env::temp_dir().join(format!("plumber-e2e-nsvenv-{}", std::process::id()));
-    std::fs::create_dir_all(&inside).expect("mount point");
-    let script = format!(
-        "mount --bind {} {} && exec \"$0\" \"$@\"",
-        venv.display(),
-        inside.display()
-    );
-    let py = inside.join("bin/python");
-    let w = Workload::start_in(
-        &[
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-        ],
-        &py,
+    let (w, inside, py) = Workload::start_behind_bind_mount(
+        &venv,
+        "nsvenv",
+        "bin/python",
         "sequential_map.py",
         &["--seconds", "60"],
     );

@@ -90,6 +90,40 @@ impl Workload {
         Self::start_in(&[], &python(), script, args)
     }
 
+    /// Starts the workload in a mount namespace of its own, where `dir` is
+    /// bind-mounted on an empty directory (`plumber-e2e-{tag}-PID` under the
+    /// temp dir), and runs `python` (a path relative to `dir`) from there:
+    /// a container's view, whose files exist only through /proc/PID/root.
+    /// Returns the mount point (empty on the host; remove it after the
+    /// workload) and the Python's path inside.
+    pub fn start_behind_bind_mount(
+        dir: &Path,
+        tag: &str,
+        python: &str,
+        script: &str,
+        args: &[&str],
+    ) -> (Workload, PathBuf, PathBuf) {
+        let inside = std::env::temp_dir().join(format!("plumber-e2e-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&inside).expect("mount point");
+        let mount = format!(
+            "mount --bind {} {} && exec \"$0\" \"$@\"",
+            dir.display(),
+            inside.display()
+        );
+        let py = inside.join(python);
+        let wrapper = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &mount,
+        ];
+        let w = Self::start_in(&wrapper, &py, script, args);
+        (w, inside, py)
+    }
+
     /// Starts the workload through `wrapper` (e.g. `unshare ... --`) with
     /// the given Python. The PID is the one the workload prints (as the
     /// wrapper's namespaces see it when it has its own PID namespace, else

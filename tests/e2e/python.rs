@@ -404,29 +404,9 @@ fn python_frames_through_the_targets_root() {
         eprintln!("no /usr/bin/python3: not tested here");
         return;
     };
-    let inside = std::env::temp_dir().join(format!("plumber-e2e-nspy-{}", std::process::id()));
-    std::fs::create_dir_all(&inside).expect("mount point");
     let dir = p.parent().expect("bin dir");
-    let script = format!(
-        "mount --bind {} {} && exec \"$0\" \"$@\"",
-        dir.display(),
-        inside.display()
-    );
-    let py = inside.join(p.file_name().expect("name"));
-    let w = Workload::start_in(
-        &[
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-        ],
-        &py,
-        "py_spin.py",
-        &[],
-    );
+    let name = p.file_name().and_then(|n| n.to_str()).expect("name");
+    let (w, inside, py) = Workload::start_behind_bind_mount(dir, "nspy", name, "py_spin.py", &[]);
     assert!(!py.exists(), "{} seen outside the namespace", py.display());
     let (stacks, stderr) = sample(w.pid, &[]);
     drop(w);
