@@ -10,24 +10,6 @@ use plumber_collector::proto::PipelineSnapshot;
 use crate::harness::*;
 use crate::pipelines::{Expect, DEMO, INTERLEAVE, PADDED_BATCH, PY_FUNCTION, TFRECORD_IMAGE};
 
-/// A `--pid` recording of `w` with `extra` arguments, its output kept.
-fn record_out(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Output {
-    let pid = w.pid.to_string();
-    let secs = seconds.to_string();
-    let dir = out.to_str().expect("utf8");
-    let mut args = vec!["--pid", &pid, "--duration", &secs, "--output", dir, "-q"];
-    args.extend_from_slice(extra);
-    let o = run_probe(&args);
-    assert!(
-        o.status.success(),
-        "plumber-probe failed: {}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    o
-}
-
-/// report.json's `probe_overhead`.
 fn overhead(out: &Path) -> serde_json::Value {
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))

@@ -328,7 +328,9 @@ fn record_args(w: &Workload, seconds: f64, out: &Path) -> Vec<String> {
     ]
 }
 
-pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> PipelineSnapshot {
+/// A `--pid` recording of `w` with `extra` arguments that must succeed;
+/// its output (stdout: the cost line, the python line, ...) kept.
+pub fn record_out(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Output {
     let base = record_args(w, seconds, out);
     let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
     args.extend_from_slice(extra);
@@ -339,6 +341,11 @@ pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> Pipelin
         String::from_utf8_lossy(&o.stderr),
         String::from_utf8_lossy(&o.stdout)
     );
+    o
+}
+
+pub fn record(w: &Workload, seconds: f64, out: &Path, extra: &[&str]) -> PipelineSnapshot {
+    record_out(w, seconds, out, extra);
     read_snapshot(&out.join("stats.pb"))
 }
 
