@@ -179,7 +179,7 @@ impl Meter {
             .filter_map(|r| open_program(r.id).map(|fd| (r, fd)))
             .unzip();
         let traps = match trap::calibrate(bpf, stats.is_some()) {
-            Ok((t, took)) if t.entry_ns >= MIN_TRAP_NS && t.ret_ns >= MIN_TRAP_NS => {
+            Ok((t, took)) if t.plausible() => {
                 info!(
                     trap_cost_ns = t.entry_ns,
                     retprobe_cost_ns = t.ret_ns,
@@ -208,13 +208,18 @@ impl Meter {
     /// the target (the source's `in_target_ns`) and the probe process's
     /// CPU.
     pub fn shim(budget: f64) -> Meter {
-        let opts = CostOpts {
+        Self::without_bpf(CostOpts {
             budget,
             levers: Vec::new(),
             thin: Thin::default(),
             explicit: None,
             duration: None,
-        };
+        })
+    }
+
+    /// A meter of what runs in the probe process alone (`run`'s shim, the
+    /// DataLoader source): its CPU, and `opts`' levers.
+    pub fn without_bpf(opts: CostOpts) -> Meter {
         Meter::new(
             Default::default(),
             None,
@@ -317,10 +322,6 @@ impl Meter {
         Some(c)
     }
 }
-
-/// Below this a calibration measured noise, not a trap (a trap is at
-/// least a kernel entry and exit).
-const MIN_TRAP_NS: u64 = 20;
 
 impl State {
     fn read(&self, target_cpu_ns: u64, shim_ns: u64) -> Reading {

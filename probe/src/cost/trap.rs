@@ -15,7 +15,7 @@
 //! call is costed apart (`TrapCosts::ret_ns`), as it is no entry trap.
 
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -79,65 +79,129 @@ pub struct TrapCosts {
     pub ret_ns: u64,
 }
 
+/// Below this a calibration measured noise, not a trap: a trap is at
+/// least a kernel entry and exit, and a return probe a second dispatch.
+pub const MIN_TRAP_NS: u64 = 100;
+
+/// Whole calibrations tried before giving up: a task or interrupt that
+/// lands on every round of one phase inflates that phase, and the return
+/// probe's part (the third phase less the second) then reads ~0. A CI run
+/// read 2,340 ns (entry) and 0 ns (return) that way.
+const ATTEMPTS: usize = 3;
+
+impl TrapCosts {
+    /// Both costs are above what noise alone gives.
+    pub fn plausible(&self) -> bool {
+        self.entry_ns >= MIN_TRAP_NS && self.ret_ns >= MIN_TRAP_NS
+    }
+}
+
 /// The calibrated costs and how long calibrating took; `stats_on`: the
 /// kernel's BPF statistics are on (the program's own run time is then
 /// subtracted, and its hits prove the probes fired).
 ///
 /// Three phases of `ROUNDS` rounds: no probe, the entry probe, the entry
 /// and return probes; the entry trap is the second less the first, the
-/// return probe's part the third less the second.
+/// return probe's part the third less the second. When the result is not
+/// plausible the phases are measured again, up to `ATTEMPTS` times, each
+/// phase keeping its fastest round over all attempts (noise only adds).
 pub fn calibrate(bpf: &Bpf<'_>, stats_on: bool) -> Result<(TrapCosts, Duration), TrapError> {
     if !cfg!(target_arch = "x86_64") {
         return Err(TrapError::Arch);
     }
     let t0 = Instant::now();
     let (exe, offset) = own_file_offset()?;
-    let looked_up = t0.elapsed();
+    let mut best: Option<Phases> = None;
+    for attempt in 1..=ATTEMPTS {
+        let phases = measure(bpf, stats_on, &exe, offset)?;
+        let merged = match best {
+            Some(b) => b.merge(&phases),
+            None => phases,
+        };
+        let costs = merged.costs();
+        tracing::debug!(
+            attempt,
+            plain_ns = merged.plain / u64::from(CALLS),
+            entry_probed_ns = merged.entry.fastest / u64::from(CALLS),
+            pair_probed_ns = merged.pair.fastest / u64::from(CALLS),
+            merged.entry.program_ns,
+            merged.pair.program_ns,
+            "trap calibration"
+        );
+        best = Some(merged);
+        if costs.plausible() {
+            break;
+        }
+    }
+    let costs = best.map(|b| b.costs()).unwrap_or_default();
+    Ok((costs, t0.elapsed()))
+}
+
+/// One calibration's three phases.
+#[derive(Clone, Copy)]
+struct Phases {
+    plain: u64,
+    entry: Probed,
+    pair: Probed,
+}
+
+impl Phases {
+    /// Each phase's fastest over two calibrations.
+    fn merge(&self, other: &Phases) -> Phases {
+        Phases {
+            plain: self.plain.min(other.plain),
+            entry: self.entry.faster(&other.entry),
+            pair: self.pair.faster(&other.pair),
+        }
+    }
+
+    fn costs(&self) -> TrapCosts {
+        let calls = u64::from(CALLS);
+        let over = |p: &Probed| {
+            (p.fastest.saturating_sub(self.plain) / calls).saturating_sub(p.program_ns)
+        };
+        let entry_ns = over(&self.entry);
+        TrapCosts {
+            entry_ns,
+            ret_ns: over(&self.pair).saturating_sub(entry_ns),
+        }
+    }
+}
+
+/// The three phases, once: attaching waits for RCU grace periods, so the
+/// probes are attached once a phase, not once a round.
+fn measure(bpf: &Bpf<'_>, stats_on: bool, exe: &Path, offset: u64) -> Result<Phases, TrapError> {
     let plain = fastest_round()?;
-    // Attaching waits for RCU grace periods: the part of the wall time
-    // that is not the rounds.
-    let mut attaching = Duration::ZERO;
-    let mut attach = |ret: bool| {
-        let t = Instant::now();
-        let link = bpf.attach_own_uprobe(&exe, offset, ret);
-        attaching += t.elapsed();
-        link
-    };
-    let entry_link = attach(false)?;
+    let entry_link = bpf.attach_own_uprobe(exe, offset, false)?;
     let phases = probed_rounds(bpf, stats_on, 1).and_then(|entry| {
-        let ret_link = attach(true)?;
+        let ret_link = bpf.attach_own_uprobe(exe, offset, true)?;
         let pair = probed_rounds(bpf, stats_on, 2);
         bpf.release(ret_link);
         Ok((entry, pair?))
     });
     bpf.release(entry_link);
     let (entry, pair) = phases?;
-    let calls = u64::from(CALLS);
-    let entry_ns = (entry.fastest.saturating_sub(plain) / calls).saturating_sub(entry.program_ns);
-    let pair_ns = (pair.fastest.saturating_sub(plain) / calls).saturating_sub(pair.program_ns);
-    tracing::debug!(
-        lookup_ms = looked_up.as_secs_f64() * 1e3,
-        attach_ms = attaching.as_secs_f64() * 1e3,
-        plain_ns = plain / calls,
-        entry_probed_ns = entry.fastest / calls,
-        pair_probed_ns = pair.fastest / calls,
-        entry.program_ns,
-        pair.program_ns,
-        "trap calibration"
-    );
-    let costs = TrapCosts {
-        entry_ns,
-        ret_ns: pair_ns.saturating_sub(entry_ns),
-    };
-    Ok((costs, t0.elapsed()))
+    Ok(Phases { plain, entry, pair })
 }
 
 /// One probed phase: the fastest round, per `CALLS` calls, and the
 /// program's own run time per call (`runs` runs; 0 when the statistics are
 /// off).
+#[derive(Clone, Copy)]
 struct Probed {
     fastest: u64,
     program_ns: u64,
+}
+
+impl Probed {
+    /// The faster round of two; the program's run time per call is the
+    /// smaller too, as the kernel's clock around it only ever adds.
+    fn faster(&self, other: &Probed) -> Probed {
+        Probed {
+            fastest: self.fastest.min(other.fastest),
+            program_ns: self.program_ns.min(other.program_ns),
+        }
+    }
 }
 
 /// `ROUNDS` rounds with the probes attached, each call running the
