@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use crate::harness::*;
 
-const VERSIONS: &[&str] = &["3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"];
+pub const VERSIONS: &[&str] = &["3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"];
 
-fn pyenv_python(version: &str) -> PathBuf {
+pub fn pyenv_python(version: &str) -> PathBuf {
     let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));

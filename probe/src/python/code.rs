@@ -154,38 +154,7 @@ impl CodeNames {
 
     /// A compact `str` object's text.
     pub fn string(&self, addr: u64) -> Option<String> {
-        if addr == 0 {
-            return None;
-        }
-        let mut h = [0u8; 40];
-        self.mem.read(addr, &mut h).ok()?;
-        let len = word_at(&h, 16);
-        let state = u32::from_ne_bytes(h[32..36].try_into().ok()?);
-        let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
-        if compact == 0 || len > MAX_STR || !matches!(kind, 1 | 2 | 4) {
-            return None;
-        }
-        let data = addr
-            + u64::from(if ascii == 1 {
-                self.off.ascii_size
-            } else {
-                self.off.compact_size
-            });
-        let mut b = vec![0u8; (len * u64::from(kind)) as usize];
-        self.mem.read(data, &mut b).ok()?;
-        Some(match kind {
-            1 => b.iter().map(|&c| char::from(c)).collect(),
-            2 => b
-                .chunks_exact(2)
-                .map(|c| u16::from_ne_bytes([c[0], c[1]]))
-                .map(|u| char::from_u32(u32::from(u)).unwrap_or('?'))
-                .collect(),
-            _ => b
-                .chunks_exact(4)
-                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                .map(|u| char::from_u32(u).unwrap_or('?'))
-                .collect(),
-        })
+        read_string(&self.mem, &self.off, addr)
     }
 
     /// A `bytes` object's contents.
@@ -203,6 +172,43 @@ impl CodeNames {
             .ok()?;
         Some(b)
     }
+}
+
+/// A compact `str` object's text (None for anything else, or past
+/// `MAX_STR` characters).
+pub fn read_string(mem: &Memory, off: &Offsets, addr: u64) -> Option<String> {
+    if addr == 0 {
+        return None;
+    }
+    let mut h = [0u8; 40];
+    mem.read(addr, &mut h).ok()?;
+    let len = word_at(&h, 16);
+    let state = u32::from_ne_bytes(h[32..36].try_into().ok()?);
+    let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+    if compact == 0 || len > MAX_STR || !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let data = addr
+        + u64::from(if ascii == 1 {
+            off.ascii_size
+        } else {
+            off.compact_size
+        });
+    let mut b = vec![0u8; (len * u64::from(kind)) as usize];
+    mem.read(data, &mut b).ok()?;
+    Some(match kind {
+        1 => b.iter().map(|&c| char::from(c)).collect(),
+        2 => b
+            .chunks_exact(2)
+            .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+            .map(|u| char::from_u32(u32::from(u)).unwrap_or('?'))
+            .collect(),
+        _ => b
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .map(|u| char::from_u32(u).unwrap_or('?'))
+            .collect(),
+    })
 }
 
 /// The byte offset into the bytecode a frame's `instr` stands for.

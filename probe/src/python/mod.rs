@@ -12,17 +12,23 @@
 //! one-line note and native-only stacks.
 
 mod code;
+mod dict;
 mod find;
+mod frame_refs;
 mod lines;
+mod object_layout;
+mod objects;
 mod offsets;
 
 use std::ops::Range;
 
 pub use code::CodeNames;
+pub use frame_refs::Found;
+pub use objects::{ObjError, Objects, PyValue, Storage};
 pub use offsets::Offsets;
 
 use crate::mem::{word_at, Memory};
-use offsets::NONE;
+pub use offsets::NONE;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PyError {
@@ -69,6 +75,8 @@ pub struct PyProcess {
     pub offsets: Offsets,
     pub config: PyConfig,
     pub code_type: u64,
+    /// `_PyRuntime` (3.13 starts it with `_Py_DebugOffsets`).
+    pub runtime: u64,
     /// `_PyEval_EvalFrameDefault`, and all of the interpreter's code.
     pub eval: Range<u64>,
     pub text: Vec<Range<u64>>,
@@ -163,11 +171,33 @@ impl PyProcess {
             offsets: off,
             config,
             code_type: it.code_type,
+            runtime: it.py_runtime,
             eval: it.eval,
             text: it.text,
         };
         py.validate(&mem).map_err(|w| invalid(&w))?;
         Ok(py)
+    }
+
+    /// The interpreter of `pid`, a process forked from this one (a
+    /// DataLoader worker started by fork): the same addresses, so the
+    /// same offsets and configuration, checked on `pid` as `attach`
+    /// checks its own; None when `pid` is not laid out like this process
+    /// (spawned, or exec'd), which `attach` then reads from scratch.
+    pub fn forked(&self, pid: i32) -> Option<PyProcess> {
+        let mem = Memory::new(pid);
+        let interp = mem
+            .u64(self.runtime + self.offsets.runtime_interp_head)
+            .ok()?;
+        if interp != self.config.interp {
+            return None;
+        }
+        let child = PyProcess {
+            pid,
+            ..self.clone()
+        };
+        child.validate(&mem).ok()?;
+        Some(child)
     }
 
     /// Walks every thread's frames with the offsets: every thread state
