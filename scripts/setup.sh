@@ -4,7 +4,8 @@
 #   1. apt packages for the eBPF/C side (clang libelf-dev pkg-config zlib1g-dev make gcc),
 #      and chromium for the report.html test
 #   2. .venv in the repo root with tests/requirements.txt (tensorflow-cpu, protobuf, numpy)
-#   3. tracefs mounted at /sys/kernel/tracing (best effort)
+#   3. .venv-torch with tests/requirements-torch.txt (torch, torchvision: scripts/torch.sh)
+#   4. tracefs mounted at /sys/kernel/tracing (best effort)
 # Rust is not built here.
 set -euo pipefail
 
@@ -97,6 +98,10 @@ if [ "$need_install" -eq 1 ]; then
 else
     log "venv: requirements up to date (stamp ${want_sha:0:12}), tensorflow imports"
 fi
+
+# ---------------------------------------------------------------- PyTorch
+# The PyTorch test bed, in its own venv (.venv-torch).
+bash "$ROOT/scripts/torch.sh"
 
 # ---------------------------------------------------------------- tracefs
 if mountpoint -q /sys/kernel/tracing 2>/dev/null; then

@@ -12,6 +12,8 @@ echo "[test] python self-tests"
 .venv/bin/python tests/python/test_decode_stats.py
 .venv/bin/python tests/python/test_decode_pprof.py
 .venv/bin/python tests/python/test_groundtruth.py
+# PyTorch workloads: prints SKIP without .venv-torch (scripts/torch.sh).
+.venv/bin/python tests/python/test_torch_workloads.py
 # Lints first: cheap, and a failure here is a quicker signal.
 if cargo fmt --version >/dev/null 2>&1; then
     echo "[test] cargo fmt --check"

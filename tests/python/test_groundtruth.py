@@ -76,7 +76,74 @@ def test_bad_lines():
             raise AssertionError(bad)
 
 
-TESTS = [test_parse, test_window_count, test_not_covered, test_bad_lines]
+TORCH_LOG = """\
+WORKERS pids=501,502 epoch=0 wall_ns=1000000000
+READY pid=500 pipeline=torch_image num_workers=2 batch_size=32 start_method=spawn persistent_workers=0 prefetch_factor=2
+GT wall_ns=1000000000 root=0 elems=0 stall_ns=0 epoch=0
+GT wall_ns=2000000000 root=1 elems=32 stall_ns=900000000 epoch=0
+GT wall_ns=2100000000 root=9 elems=256 stall_ns=950000000 epoch=0
+WORKERS pids=511,512 epoch=1 wall_ns=2150000000
+GT wall_ns=2200000000 root=11 elems=320 stall_ns=1000000000 epoch=1
+CHECKSUM crc=00c0ffee root=11
+DONE root=11
+"""
+
+
+def test_torch_fields():
+    log = groundtruth.parse(TORCH_LOG)
+    assert log.pid == 500 and log.pipeline == "torch_image" and log.done_root == 11
+    assert log.ready["num_workers"] == "2" and log.ready["start_method"] == "spawn"
+    assert log.keys == ("root", "elems", "stall_ns", "epoch")
+    assert log.series("epoch") == [0, 0, 0, 1]
+    assert [w["pids"] for w in log.workers] == [[501, 502], [511, 512]]
+    assert [w["epoch"] for w in log.workers] == [0, 1]
+    assert log.workers[1]["wall_ns"] == 2_150_000_000
+    assert log.worker_pids() == [501, 502, 511, 512]
+    assert log.checksum == (0xC0FFEE, 11)
+    # stall as a counter: 50 ms of the 100 ms between 2.1 s and 2.2 s
+    assert groundtruth.window_count(TORCH_LOG, 2_100_000_000, 2_200_000_000,
+                                    key="stall_ns") == 50_000_000
+    assert approx(log.stall_share(2_100_000_000, 2_200_000_000), 0.5)
+    s = log.summary()
+    assert s["stall_ns_total"] == 1_000_000_000 and s["epoch_total"] == 1
+    assert approx(s["stall_share"], 1.0 / 1.2)
+    assert s["worker_sets"] == 2 and s["checksum"] == "00c0ffee" and s["num_workers"] == "2"
+    assert "epoch_per_s" not in s
+
+
+def test_torch_optional_keys():
+    # TF logs have no stall_ns: asking for it is an error, not a zero
+    try:
+        groundtruth.parse(LOG).series("stall_ns")
+    except groundtruth.GroundTruthError:
+        pass
+    else:
+        raise AssertionError("stall_ns on a TF log")
+    # WORKERS without epoch/wall_ns is accepted
+    log = groundtruth.parse("WORKERS pids=7\n")
+    assert log.workers == [{"pids": [7], "epoch": None, "wall_ns": None}]
+
+
+def test_torch_bad_lines():
+    for bad in [
+            # stall_ns went back
+            "GT wall_ns=5 root=1 elems=1 stall_ns=9 epoch=0\nGT wall_ns=6 root=2 elems=2 stall_ns=8 epoch=0",
+            # first line had stall_ns, a later one not
+            "GT wall_ns=5 root=1 elems=1 stall_ns=9 epoch=0\nGT wall_ns=6 root=2 elems=2 epoch=0",
+            # a later line has a counter the first did not
+            "GT wall_ns=5 root=1 elems=1\nGT wall_ns=6 root=2 elems=2 stall_ns=1",
+            "GT wall_ns=5 root=1 elems=1 stall_ns=x epoch=0",
+            "WORKERS pids=1,x", "WORKERS epoch=1", "CHECKSUM crc=zz root=1", "CHECKSUM crc=1"]:
+        try:
+            groundtruth.parse(bad)
+        except groundtruth.GroundTruthError:
+            pass
+        else:
+            raise AssertionError(bad)
+
+
+TESTS = [test_parse, test_window_count, test_not_covered, test_bad_lines, test_torch_fields,
+         test_torch_optional_keys, test_torch_bad_lines]
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ CLI:
     groundtruth.py LOG --start NS --end NS [--key root|elems]
 
 Counters are cumulative and sampled at the wall_ns of each GT line; values between
-two GT lines are linearly interpolated. A window that starts before the first GT
+two GT lines are linearly interpolated. The PyTorch workloads (torch_*.py) add
+`stall_ns=` and `epoch=` to their GT lines (usable as keys when every GT line has
+them), more fields to READY (log.ready), and `WORKERS pids=..` and `CHECKSUM` lines
+(log.workers, log.checksum). A window that starts before the first GT
 line or ends after the last one is an error (WindowNotCovered), never extrapolated.
 The module needs only the standard library.
 """
@@ -23,6 +26,9 @@ import json
 import sys
 
 KEYS = ("root", "elems")
+# Counters only some workloads print (the PyTorch ones); when the first GT line has
+# one, every GT line must.
+OPTIONAL_KEYS = ("stall_ns", "epoch")
 
 
 class GroundTruthError(ValueError):
@@ -39,9 +45,23 @@ class Log:
     def __init__(self):
         self.pid = None
         self.pipeline = None
+        self.ready = {}            # every READY field, as strings
         self.done_root = None
+        self.checksum = None       # (crc, root) from a CHECKSUM line
+        self.workers = []          # WORKERS lines: {"pids": [..], "epoch": k|None, "wall_ns": ns|None}
         self.wall_ns = []          # sorted, strictly increasing
         self.counters = {k: [] for k in KEYS}
+
+    @property
+    def keys(self):
+        return tuple(self.counters)
+
+    def worker_pids(self):
+        """Every worker pid of every WORKERS line, in order of appearance, once each."""
+        seen = []
+        for w in self.workers:
+            seen.extend(p for p in w["pids"] if p not in seen)
+        return seen
 
     @property
     def samples(self):
@@ -49,7 +69,7 @@ class Log:
 
     def series(self, key):
         if key not in self.counters:
-            raise GroundTruthError(f"unknown key {key!r} (have {', '.join(KEYS)})")
+            raise GroundTruthError(f"unknown key {key!r} (have {', '.join(self.counters)})")
         return self.counters[key]
 
     def value_at(self, t_ns, key="root"):
@@ -76,17 +96,33 @@ class Log:
             raise GroundTruthError("empty window")
         return self.window_count(start_ns, end_ns, key) * 1e9 / (end_ns - start_ns)
 
+    def stall_share(self, start_ns, end_ns):
+        """Fraction of [start_ns, end_ns] the loop spent waiting for data (needs stall_ns)."""
+        if end_ns <= start_ns:
+            raise GroundTruthError("empty window")
+        return self.window_count(start_ns, end_ns, "stall_ns") / (end_ns - start_ns)
+
     def summary(self):
         d = {"pid": self.pid, "pipeline": self.pipeline, "gt_lines": self.samples,
              "done_root": self.done_root}
         if self.samples:
             t0, t1 = self.wall_ns[0], self.wall_ns[-1]
             d.update(first_wall_ns=t0, last_wall_ns=t1, span_s=(t1 - t0) / 1e9)
-            for k in KEYS:
+            for k in self.counters:
                 v = self.counters[k]
                 d[f"{k}_total"] = v[-1]
-                if t1 > t0:
+                if t1 > t0 and k != "epoch":
                     d[f"{k}_per_s"] = (v[-1] - v[0]) * 1e9 / (t1 - t0)
+            if "stall_ns" in self.counters and t1 > t0:
+                d["stall_share"] = self.stall_share(t0, t1)
+        for k in ("num_workers", "batch_size", "start_method"):
+            if k in self.ready:
+                d[k] = self.ready[k]
+        if self.workers:
+            d["worker_sets"] = len(self.workers)
+            d["worker_pids"] = self.worker_pids()
+        if self.checksum is not None:
+            d["checksum"] = f"{self.checksum[0]:08x}"
         return d
 
 
@@ -110,7 +146,7 @@ def _int(d, k, lineno):
 
 
 def parse(log_lines, strict=False):
-    """Parse READY/GT/DONE lines; other lines are ignored (an error if strict)."""
+    """Parse READY/GT/WORKERS/CHECKSUM/DONE lines; others are ignored (an error if strict)."""
     if isinstance(log_lines, (bytes, bytearray)):
         log_lines = log_lines.decode()
     if isinstance(log_lines, str):
@@ -124,21 +160,50 @@ def parse(log_lines, strict=False):
         if tag == "GT":
             d = _kv(fields[1:], lineno)
             t = _int(d, "wall_ns", lineno)
-            vals = {k: _int(d, k, lineno) for k in KEYS}
+            if not log.wall_ns:  # the first GT line decides the optional counters
+                for k in OPTIONAL_KEYS:
+                    if k in d:
+                        log.counters[k] = []
+            keys = log.keys
+            extra = [k for k in OPTIONAL_KEYS if k in d and k not in log.counters]
+            if extra:
+                raise GroundTruthError(f"line {lineno}: {extra[0]}= not on the first GT line")
+            vals = {k: _int(d, k, lineno) for k in keys}
             if log.wall_ns and t <= log.wall_ns[-1]:
-                if t == log.wall_ns[-1] and all(vals[k] == log.counters[k][-1] for k in KEYS):
+                if t == log.wall_ns[-1] and all(vals[k] == log.counters[k][-1] for k in keys):
                     continue  # exact duplicate
                 raise GroundTruthError(f"line {lineno}: wall_ns not increasing")
-            for k in KEYS:
+            for k in keys:
                 if log.counters[k] and vals[k] < log.counters[k][-1]:
                     raise GroundTruthError(f"line {lineno}: {k} decreased")
             log.wall_ns.append(t)
-            for k in KEYS:
+            for k in keys:
                 log.counters[k].append(vals[k])
         elif tag == "READY":
             d = _kv(fields[1:], lineno)
             log.pid = _int(d, "pid", lineno)
             log.pipeline = d.get("pipeline")
+            log.ready = d
+        elif tag == "WORKERS":
+            d = _kv(fields[1:], lineno)
+            if "pids" not in d:
+                raise GroundTruthError(f"line {lineno}: missing pids=")
+            try:
+                pids = [int(p) for p in d["pids"].split(",")]
+            except ValueError:
+                raise GroundTruthError(f"line {lineno}: pids={d['pids']!r} is not a list "
+                                       "of integers") from None
+            log.workers.append({
+                "pids": pids,
+                "epoch": _int(d, "epoch", lineno) if "epoch" in d else None,
+                "wall_ns": _int(d, "wall_ns", lineno) if "wall_ns" in d else None})
+        elif tag == "CHECKSUM":
+            d = _kv(fields[1:], lineno)
+            try:
+                crc = int(d.get("crc", ""), 16)
+            except ValueError:
+                raise GroundTruthError(f"line {lineno}: bad crc=") from None
+            log.checksum = (crc, _int(d, "root", lineno))
         elif tag == "DONE":
             d = _kv(fields[1:], lineno)
             log.done_root = _int(d, "root", lineno)
@@ -175,7 +240,7 @@ def main(argv=None):
     p.add_argument("log")
     p.add_argument("--start", type=int, help="window start, Unix ns")
     p.add_argument("--end", type=int, help="window end, Unix ns")
-    p.add_argument("--key", default="root", choices=KEYS)
+    p.add_argument("--key", default="root", choices=KEYS + OPTIONAL_KEYS)
     a = p.parse_args(argv)
     try:
         log = read_log(a.log)

@@ -1,0 +1,442 @@
+"""Shared code for the PyTorch DataLoader test workloads (torch_*.py).
+
+Every workload module defines
+
+    NAME = "<pipeline name>"          # printed in the READY line
+    EPOCH_SAMPLES = <int>             # default --epoch-samples (dataset length)
+    def add_args(parser): ...         # optional: workload-specific options
+    def build(args) -> torch.utils.data.Dataset   (map-style or IterableDataset)
+
+and ends with `if __name__ == "__main__": sys.exit(torch_common.main(sys.modules[__name__]))`
+(the guard matters: spawn/forkserver workers import the script again as __mp_main__).
+Dataset classes live at module level so that spawn and forkserver can pickle them.
+
+Ground-truth protocol on stdout (one line each, flushed), parsed by groundtruth.py:
+
+    READY pid=<pid> pipeline=<name> num_workers=<n> batch_size=<b> start_method=<m>
+          persistent_workers=<0|1> prefetch_factor=<p|none>     once, after the first batch
+    GT wall_ns=<time.time_ns()> root=<batches> elems=<samples> stall_ns=<ns> epoch=<k>
+          right after READY (the first: root=0 at the loader's first iter()), then every --gt-interval
+    WORKERS pids=<p1,p2,..> epoch=<k> wall_ns=<ns>              each time a new set of worker
+          processes has started (once with persistent workers, every epoch without)
+    CHECKSUM crc=<hex> root=<n>                                 with --checksum
+    DONE root=<n>                                               last line
+
+root counts batches the loop took from the DataLoader, elems the samples in them (the sum of
+every batch's leading dimension: exact for partial batches). stall_ns is the cumulative time
+the training loop spent inside the DataLoader's iter() and next() calls (the data stall: with
+num_workers=0 all the loading, with workers the waiting for a batch, plus the iter() at each
+epoch start, which starts or resets the workers). epoch is the 0-based epoch of the last batch.
+The simulated training step (--step-ms) runs outside those calls.
+
+SIGINT/SIGTERM end the loop (DONE, exit 0). Worker processes ignore both (the main process
+shuts them down), and die with SIGKILL when their parent dies (PR_SET_PDEATHSIG), so a killed
+main leaves no workers behind.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_DATA = os.path.join(REPO, "tests", "data", "torch_images")
+
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _quiet_stop_signals():
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+# A spawn worker (and the forkserver, whose forked workers inherit its
+# handlers) imports the workload script again as __mp_main__, torch and all,
+# seconds before worker_init runs: a Ctrl-C then would be a KeyboardInterrupt
+# traceback from the import. Ignore the stop signals from here on
+# (multiprocessing marks the process `_inheriting` while it re-imports).
+def _reimported_by_multiprocessing():
+    from multiprocessing import process
+
+    return bool(getattr(process.current_process(), "_inheriting", False))
+
+
+if _reimported_by_multiprocessing():
+    _quiet_stop_signals()
+
+
+def make_parser(module):
+    name = getattr(module, "NAME", "torch_workload")
+    doc = (getattr(module, "__doc__", None) or name).strip().splitlines()[0]
+    p = argparse.ArgumentParser(prog=f"{name}.py", description=doc)
+    p.add_argument("--data", default=DEFAULT_DATA,
+                   help="image directory (class subfolders of JPEGs); generated there if "
+                        "incomplete (default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=60.0,
+                   help="how long to consume after READY (default: %(default)s)")
+    p.add_argument("--gt-interval", type=float, default=0.1,
+                   help="seconds between GT lines (default: %(default)s)")
+    p.add_argument("--hold", type=float, default=0.0,
+                   help="after DONE, keep the process (and its workers) alive this many seconds")
+    p.add_argument("--max-batches", type=int, default=0,
+                   help="stop after this many batches (0: no limit)")
+    p.add_argument("--checksum", action="store_true",
+                   help="print `CHECKSUM crc=<hex> root=<n>` before DONE: CRC32 over every "
+                        "consumed batch's tensor bytes, in order")
+    p.add_argument("--seed", type=int, default=1234, help="torch/sampler seed")
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--prefetch-factor", type=int, default=None,
+                   help="DataLoader prefetch_factor (only with workers; PyTorch's default 2)")
+    p.add_argument("--pin-memory", action="store_true",
+                   help="DataLoader pin_memory=True (a no-op with a warning without an accelerator)")
+    p.add_argument("--persistent-workers", action=argparse.BooleanOptionalAction, default=False,
+                   help="keep the worker processes across epochs (only with workers)")
+    p.add_argument("--start-method", choices=("fork", "spawn", "forkserver"), default="fork",
+                   help="multiprocessing context of the workers (default: %(default)s)")
+    p.add_argument("--epoch-samples", type=int, default=getattr(module, "EPOCH_SAMPLES", 256),
+                   help="dataset length: samples per epoch (default: %(default)s)")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="simulated training step: this many ms of CPU work (torch matmuls, "
+                        "calibrated at start) in the training process after every batch")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch.set_num_threads in the training process (default %(default)s; "
+                        "0: PyTorch's default, one per core). With more than one, its ops "
+                        "(the step, and the transforms when num_workers=0) spin in OpenMP "
+                        "barriers while workers hold the cores: on 2 busy cores torch_image at "
+                        "num_workers=0 ran at 0.6 instead of ~10 batches/s")
+    add = getattr(module, "add_args", None)
+    if add is not None:
+        add(p)
+    return p
+
+
+def parse_args(module, argv=None):
+    a = make_parser(module).parse_args(argv)
+    if a.epoch_samples <= 0:
+        raise SystemExit("--epoch-samples must be positive")
+    if a.batch_size <= 0 or a.num_workers < 0:
+        raise SystemExit("--batch-size must be positive and --num-workers non-negative")
+    return a
+
+
+# ---------------------------------------------------------------- data
+
+def image_files(data_dir):
+    """Sorted JPEG paths of a complete generated set (empty if incomplete)."""
+    manifest = os.path.join(data_dir, "MANIFEST")
+    if not os.path.exists(manifest):
+        return []
+    with open(manifest) as f:
+        files = [os.path.join(data_dir, line.strip()) for line in f if line.strip()]
+    return files if all(os.path.exists(p) for p in files) else []
+
+
+def generate_images(data_dir, count=256, size=256, classes=4, seed=1234, quality=90):
+    """Write `count` JPEGs into DATA/class_K/img_NNNN.jpg unless a complete set is there.
+
+    Pixels are gen_data's (numpy PCG64 seeded with (seed, index)); files are written to a
+    temporary name and renamed, the MANIFEST last, under a lock file, so concurrent
+    generators do not collide and a half-written set is regenerated.
+    """
+    import fcntl
+
+    os.makedirs(data_dir, exist_ok=True)
+    with open(os.path.join(data_dir, ".gen.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        files = image_files(data_dir)
+        if files:
+            return files
+        import numpy as np
+        from PIL import Image
+
+        from gen_data import _image
+
+        t0 = time.time()
+        names = []
+        for i in range(count):
+            rel = os.path.join(f"class_{i % classes}", f"img_{i:04d}.jpg")
+            path = os.path.join(data_dir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            rng = np.random.default_rng([seed, i])
+            tmp = path + ".tmp"
+            Image.fromarray(_image(rng, size)).save(tmp, "JPEG", quality=quality)
+            os.replace(tmp, path)
+            names.append(rel)
+        tmp = os.path.join(data_dir, "MANIFEST.tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(n + "\n" for n in names))
+        os.replace(tmp, os.path.join(data_dir, "MANIFEST"))
+        print(f"torch_common: wrote {count} {size}x{size} JPEGs to {data_dir} in "
+              f"{time.time() - t0:.1f} s", file=sys.stderr)
+        return image_files(data_dir)
+
+
+# ---------------------------------------------------------------- workers
+
+def _set_pdeathsig():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def worker_init(worker_id):
+    """DataLoader worker_init_fn: leave SIGINT/SIGTERM to the main process.
+
+    A Ctrl-C reaches the whole process group; PyTorch's worker would raise
+    KeyboardInterrupt (a traceback if it is inside the dataset code). The main
+    process blocks both signals while it starts workers, so they are still
+    blocked here (inherited across fork and exec): ignore, then unblock.
+    """
+    _quiet_stop_signals()
+    _set_pdeathsig()
+
+
+class _Blocked:
+    """Block SIGINT/SIGTERM in the calling thread (workers start with them blocked)."""
+
+    def __enter__(self):
+        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def __exit__(self, *exc):
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        return False
+
+
+def worker_pids(it):
+    """Pids of a multi-process iterator's workers (None for num_workers=0)."""
+    ws = getattr(it, "_workers", None)
+    if ws is None:
+        return None
+    return [w.pid for w in ws]
+
+
+# ---------------------------------------------------------------- training step
+
+class Step:
+    """A simulated training step: `ms` of CPU work in torch matmuls, calibrated once."""
+
+    def __init__(self, ms):
+        import torch
+
+        self.ms = ms
+        g = torch.Generator().manual_seed(0)
+        self.a = torch.rand(96, 96, generator=g) / 96
+        self.out = torch.empty(96, 96)
+        best = None
+        for _ in range(5):
+            t = time.thread_time_ns()
+            self._units(50)
+            d = (time.thread_time_ns() - t) / 50
+            best = d if best is None else min(best, d)
+        self.unit_ns = max(best, 1.0)
+        self.units = max(1, round(ms * 1e6 / self.unit_ns))
+        print(f"torch_common: step {ms} ms = {self.units} matmuls of 96x96 "
+              f"({self.unit_ns / 1e3:.1f} us each)", file=sys.stderr)
+
+    def _units(self, n):
+        import torch
+
+        for _ in range(n):
+            torch.mm(self.a, self.a, out=self.out)
+
+    def run(self):
+        self._units(self.units)
+
+
+# ---------------------------------------------------------------- loop
+
+def _emit(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _leaves(x):
+    if isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _leaves(y)
+    elif isinstance(x, dict):
+        for k in sorted(x):
+            yield from _leaves(x[k])
+    else:
+        yield x
+
+
+def _batch_crc(batch, crc):
+    import numpy as np
+    import torch
+
+    for t in _leaves(batch):
+        if isinstance(t, torch.Tensor):
+            crc = zlib.crc32(np.ascontiguousarray(t.detach().cpu().numpy()), crc)
+        else:
+            crc = zlib.crc32(repr(t).encode(), crc)
+    return crc
+
+
+def _leading_dim(batch):
+    import torch
+
+    for t in _leaves(batch):
+        if isinstance(t, torch.Tensor) and t.dim() > 0:
+            return int(t.shape[0])
+    raise ValueError("batch has no tensor with a leading dimension")
+
+
+def make_loader(dataset, args):
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    g = torch.Generator()
+    g.manual_seed(args.seed)
+    kw = dict(batch_size=args.batch_size, num_workers=args.num_workers,
+              pin_memory=args.pin_memory, generator=g)
+    if not isinstance(dataset, IterableDataset):
+        kw["shuffle"] = True
+    if args.num_workers > 0:
+        kw.update(worker_init_fn=worker_init, prefetch_factor=args.prefetch_factor,
+                  persistent_workers=args.persistent_workers,
+                  multiprocessing_context=args.start_method)
+    return DataLoader(dataset, **kw)
+
+
+def run(module, args):
+    import torch
+
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, on_signal)
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    dataset = module.build(args)
+    loader = make_loader(dataset, args)
+    step = Step(args.step_ms) if args.step_ms > 0 else None
+    nw = args.num_workers
+    persistent = int(bool(args.persistent_workers and nw > 0))
+    prefetch = (args.prefetch_factor if args.prefetch_factor is not None else 2) if nw else "none"
+
+    st = {"it": None, "epoch": 0, "stall": 0, "pids": None, "started": False}
+
+    def next_batch():
+        t = time.perf_counter_ns()
+        try:
+            while True:
+                if st["it"] is None:
+                    with _Blocked():
+                        st["it"] = iter(loader)
+                    pids = worker_pids(st["it"])
+                    if pids is not None and pids != st["pids"]:
+                        st["pids"] = pids
+                        _emit(f"WORKERS pids={','.join(map(str, pids))} epoch={st['epoch']} "
+                              f"wall_ns={time.time_ns()}")
+                try:
+                    return next(st["it"])
+                except StopIteration:
+                    st["it"] = None
+                    if st["started"]:
+                        st["epoch"] += 1
+                        st["started"] = False
+                    else:
+                        raise RuntimeError("an epoch yielded no batch")
+        finally:
+            st["stall"] += time.perf_counter_ns() - t
+
+    def gt(now, root, elems):
+        _emit(f"GT wall_ns={now} root={root} elems={elems} stall_ns={st['stall']} "
+              f"epoch={st['epoch']}")
+
+    def next_or_stop():
+        # A worker that dies (e.g. SIGKILLed by hand) makes PyTorch raise
+        # RuntimeError; after a stop signal that just ends the run.
+        try:
+            return next_batch()
+        except RuntimeError:
+            if stop["flag"]:
+                return None
+            raise
+
+    built = time.time_ns()
+    x = next_or_stop()
+    if x is None:
+        _emit("DONE root=0")
+        return 0
+    st["started"] = True
+    root, elems = 1, _leading_dim(x)
+    crc = _batch_crc(x, 0) if args.checksum else None
+    if step is not None:
+        step.run()
+    now = time.time_ns()
+    interval = max(int(args.gt_interval * 1e9), 1)
+    deadline = now + int(args.seconds * 1e9)
+    _emit(f"READY pid={os.getpid()} pipeline={module.NAME} num_workers={nw} "
+          f"batch_size={args.batch_size} start_method={args.start_method} "
+          f"persistent_workers={persistent} prefetch_factor={prefetch}")
+    _emit(f"GT wall_ns={built} root=0 elems=0 stall_ns=0 epoch=0")
+    gt(now, root, elems)
+    last = root
+    next_gt = now + interval
+
+    while now < deadline and not stop["flag"]:
+        if args.max_batches and root >= args.max_batches:
+            break
+        x = next_or_stop()
+        if x is None:
+            break
+        st["started"] = True
+        root += 1
+        elems += _leading_dim(x)
+        if crc is not None:
+            crc = _batch_crc(x, crc)
+        if step is not None:
+            step.run()
+        now = time.time_ns()
+        if now >= next_gt:
+            gt(now, root, elems)
+            last = root
+            next_gt += interval
+            if next_gt <= now:  # fell behind (stall): restart the grid
+                next_gt = now + interval
+    if last != root:
+        gt(now, root, elems)
+    if crc is not None:
+        _emit(f"CHECKSUM crc={crc:08x} root={root}")
+    _emit(f"DONE root={root}")
+
+    if args.hold > 0:
+        end = time.time() + args.hold
+        while not stop["flag"] and time.time() < end:
+            time.sleep(min(0.1, max(0.0, end - time.time())))
+
+    # Shut the workers down now (they would otherwise wait for the
+    # iterator's finaliser or, after os._exit, for their watchdog).
+    it = st["it"] if st["it"] is not None else getattr(loader, "_iterator", None)
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        with _Blocked():
+            it._shutdown_workers()
+    return 0
+
+
+def main(module, argv=None):
+    args = parse_args(module, argv)
+    rc = run(module, args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return rc

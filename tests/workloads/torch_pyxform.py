@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""PyTorch pipeline with a CPU-heavy pure-Python transform (holds the GIL of its process).
+
+A map-style dataset whose __getitem__(i) runs --pyiters (5000) iterations of a Python
+integer recurrence seeded by i, filling a 64-float vector -> (float32[64], label).
+With num_workers=0 that loop runs in the training process and holds its GIL; with workers
+each worker process holds its own.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch_common  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
+
+NAME = "torch_pyxform"
+EPOCH_SAMPLES = 1024
+
+
+def add_args(p):
+    p.add_argument("--pyiters", type=int, default=5000,
+                   help="Python loop iterations per sample (default %(default)s)")
+
+
+def py_loop(i, iters, seed):
+    x = (i * 2654435761 + seed) & 0x7FFFFFFF
+    out = [0.0] * 64
+    for k in range(iters):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        out[k & 63] += (x >> 8) / 8388608.0
+    return out
+
+
+class PyTransform(Dataset):
+    def __init__(self, length, iters, seed):
+        self.length, self.iters, self.seed = length, iters, seed
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        import torch
+
+        return torch.tensor(py_loop(i, self.iters, self.seed), dtype=torch.float32), i % 10
+
+
+def build(args):
+    return PyTransform(args.epoch_samples, args.pyiters, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(torch_common.main(sys.modules[__name__]))
