@@ -375,6 +375,8 @@ pub enum Event {
     /// What observing the target cost it over the window so far; a later
     /// event replaces an earlier.
     ProbeCost(ProbeCost),
+    /// A PyTorch DataLoader's stages, cumulative, at a poll.
+    DataLoader(crate::dataloader::DataLoaderObservation),
     /// End of the recording. `partial` is set when it ended before the
     /// requested duration (target exited, interrupted).
     End {

@@ -13,6 +13,7 @@
 
 pub mod atomic;
 pub mod attribution;
+pub mod dataloader;
 pub mod event;
 pub mod eventfile;
 mod fileio;

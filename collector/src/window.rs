@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
 use crate::attribution::Attributor;
+use crate::dataloader::{DataLoaderObservation, DataLoaderSummary};
 use crate::event::{self, Event, NodeCounters, NodeRetired, Poll, TargetInfo, WaitCounters};
 use crate::opnames;
 use crate::totals::{CpuTotals, FileTotals, LockSiteTotals, OpTotals, Stamp, ThreadTotals};
@@ -82,6 +83,8 @@ pub struct WindowResult {
     pub unattributed_io_bytes: u64,
     /// What observing the target cost it, when the recording measured it.
     pub probe_cost: Option<event::ProbeCost>,
+    /// A PyTorch DataLoader recording's own figures.
+    pub dataloader: Option<DataLoaderSummary>,
 }
 
 impl WindowResult {
@@ -158,6 +161,8 @@ pub struct Aggregator {
     own_drops: BTreeMap<&'static str, u64>,
     attribution: Attributor,
     probe_cost: Option<event::ProbeCost>,
+    /// The first and the latest DataLoader observation.
+    dataloader: Option<(DataLoaderObservation, DataLoaderObservation)>,
 }
 
 impl Aggregator {
@@ -176,6 +181,10 @@ impl Aggregator {
                 }
             }
             Event::ProbeCost(c) => self.probe_cost = Some(c),
+            Event::DataLoader(d) => match &mut self.dataloader {
+                Some((_, last)) => *last = d,
+                None => self.dataloader = Some((d.clone(), d)),
+            },
             Event::End { partial, reason } => self.end = Some(EndInfo { partial, reason }),
             e @ (Event::Threads { .. }
             | Event::Attribution { .. }
@@ -361,6 +370,9 @@ impl Aggregator {
             non_pipeline_waits: attributed.non_pipeline_waits,
             unattributed_io_bytes: attributed.unattributed_io_bytes,
             probe_cost: self.probe_cost,
+            dataloader: self
+                .dataloader
+                .and_then(|(first, last)| crate::dataloader::summarise(&first, &last)),
         })
     }
 

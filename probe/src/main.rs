@@ -13,8 +13,10 @@ mod mem;
 mod model;
 mod output;
 mod progress;
+mod pyobjects_cmd;
 mod python;
 mod record;
+mod record_torch;
 mod recording;
 mod run;
 mod sampler;
@@ -33,6 +35,7 @@ mod symbols;
 mod target;
 mod threads;
 mod top;
+mod torch;
 mod usage;
 mod xol;
 
@@ -99,6 +102,9 @@ enum Command {
     /// Show what plumber-probe derives from a process's TensorFlow build
     /// (libraries, version, object layout, probe points) as JSON, without
     /// attaching anything.
+    /// Read Python objects of a live process (for tests and by hand).
+    #[command(hide = true)]
+    PyObjects(pyobjects_cmd::PyObjectsArgs),
     Inspect {
         /// PID of a process that has TensorFlow loaded.
         #[arg(short, long)]
@@ -209,6 +215,7 @@ fn main() -> ExitCode {
         (Some(Command::Top(t)), _) => top::run(t, held),
         (Some(Command::Analyze(a)), _) => output::run_analyze(&a),
         (Some(Command::Inspect { pid }), _) => run_inspect(pid),
+        (Some(Command::PyObjects(a)), _) => pyobjects_cmd::run(&a),
         (Some(Command::Stacks(a)), _) => stacks_cmd::run(&a),
         (Some(Command::Flamegraph(f)), _) => flamegraph_cmd::run(&f),
         (Some(Command::Replay { events, output }), _) => output::run_replay(&events, &output),

@@ -313,6 +313,15 @@ fn write_collected_to(
         }
     };
     println!("{}", collected.table());
+    if let Some(d) = &collected.window.dataloader {
+        files.write(
+            "dataloader.json",
+            serde_json::to_string_pretty(d)?.as_bytes(),
+        );
+        for l in d.lines() {
+            println!("{l}");
+        }
+    }
     if let Some(t) = text {
         println!("{t}");
     }

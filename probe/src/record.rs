@@ -22,7 +22,7 @@ use crate::sources::attached::Attached;
 use crate::sources::model::ModelSource;
 use crate::sources::uprobes::UprobesSource;
 use crate::stop;
-use crate::target::Target;
+use crate::target::{Target, TargetError};
 use crate::usage::Attribution;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -116,7 +116,13 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
     batch_scheduling();
-    let target = Target::open(opts.pid)?;
+    let target = match Target::open(opts.pid) {
+        Err(e @ TargetError::NoTensorFlow { .. }) => match crate::torch::find(opts.pid) {
+            Some(torch) => return crate::record_torch::record(&torch_opts(opts), torch, started),
+            None => return Err(e.into()),
+        },
+        other => other?,
+    };
     stop::install_signal_handlers(stop::on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
     // The sampler gets ready (loads its program, maps the libraries for
@@ -223,6 +229,20 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         cache_hit,
         stacks,
     })
+}
+
+fn torch_opts(o: &RecordOpts) -> crate::record_torch::TorchOpts {
+    crate::record_torch::TorchOpts {
+        pid: o.pid,
+        duration: o.duration,
+        interval: o.interval,
+        discovery_timeout: o.discovery_timeout,
+        quiet: o.quiet,
+        save_events: o.save_events.clone(),
+        sample_hz: o.sample_hz,
+        tap: o.tap.clone(),
+        budget: o.budget,
+    }
 }
 
 /// What the cost meter may thin: the attribution windows and stack

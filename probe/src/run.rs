@@ -224,7 +224,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
         Ok(None) => {
             if !opts.quiet {
                 eprintln!(
-                    "plumber-probe: {} ran no tf.data pipeline; nothing recorded",
+                    "plumber-probe: {} ran no tf.data pipeline; nothing recorded (a PyTorch DataLoader job is recorded by PID for now: sudo plumber-probe --pid PID)",
                     prog.to_string_lossy()
                 );
             }

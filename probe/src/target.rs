@@ -25,7 +25,7 @@ pub enum TargetError {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map); attach to the Python process that runs the tf.data pipeline")]
+    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map), nor PyTorch (no libtorch_python.so); attach to the Python process that runs the tf.data pipeline or iterates the DataLoader")]
     NoTensorFlow {
         pid: i32,
         comm: String,
@@ -111,6 +111,19 @@ pub fn process_cpu_ns(pid: i32) -> Option<u64> {
     let utime: u64 = f.get(11)?.parse().ok()?;
     let stime: u64 = f.get(12)?.parse().ok()?;
     Some((utime + stime) * 1_000_000_000 / clk_tck())
+}
+
+/// utime + stime of the process and of its children that it waited for
+/// (cutime + cstime), in ns: a job whose worker processes come and go keeps
+/// their CPU this way once they are reaped.
+pub fn process_tree_cpu_ns(pid: i32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = (11..=14)
+        .map(|i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum::<Option<u64>>()?;
+    Some(ticks * 1_000_000_000 / clk_tck())
 }
 
 /// Busy CPU time of the whole machine since boot, ns: /proc/stat's first
@@ -208,6 +221,26 @@ impl Target {
             python,
             libc,
             tensorflow_version,
+        })
+    }
+
+    /// A Python process that runs no TensorFlow but another framework,
+    /// whose library `lib` (as the target names it) stands in for
+    /// TensorFlow's.
+    pub fn other_framework(pid: i32, lib: &str) -> Result<Target, TargetError> {
+        if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
+        let maps =
+            fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| io_err(pid, "maps", e))?;
+        fs::read_link(format!("/proc/{pid}/root")).map_err(|e| io_err(pid, "root", e))?;
+        Ok(Target {
+            pid,
+            framework: library(pid, lib),
+            cc: None,
+            python: Vec::new(),
+            libc: find_library(pid, &maps, "libc.so.6"),
+            tensorflow_version: String::new(),
         })
     }
 

@@ -29,6 +29,17 @@ pub fn python() -> PathBuf {
     p
 }
 
+/// The PyTorch test bed's Python (scripts/torch.sh).
+pub fn torch_python() -> PathBuf {
+    let p = repo().join(".venv-torch/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/setup.sh (it installs the pinned torch and torchvision)",
+        p.display()
+    );
+    p
+}
+
 /// These tests attach BPF programs and read another process's memory.
 pub fn require_root() {
     assert!(

@@ -14,6 +14,7 @@ pub struct Thin(Arc<Flags>);
 struct Flags {
     windows: AtomicBool,
     sampling: AtomicBool,
+    stages: AtomicBool,
 }
 
 impl Thin {
@@ -27,10 +28,16 @@ impl Thin {
         self.0.sampling.load(Ordering::Relaxed)
     }
 
+    /// The DataLoader's stage sampler is to slow down.
+    pub fn stages_slowed(&self) -> bool {
+        self.0.stages.load(Ordering::Relaxed)
+    }
+
     pub(super) fn pull(&self, lever: Lever) {
         match lever {
             Lever::Windows => self.0.windows.store(true, Ordering::Relaxed),
             Lever::Sampling => self.0.sampling.store(true, Ordering::Relaxed),
+            Lever::StageSampler => self.0.stages.store(true, Ordering::Relaxed),
         }
     }
 }
@@ -45,6 +52,10 @@ pub enum Lever {
     /// The stack sampler's perf events: a BPF run per tick on every CPU,
     /// and the unwinding in the probe process.
     Sampling,
+    /// The DataLoader's stage sampler (`crate::torch::sampler`): its reads
+    /// of the job's stacks, in the probe process. It slows to a quarter
+    /// of its rate rather than stopping: the data stall rests on it.
+    StageSampler,
 }
 
 impl Lever {
@@ -57,6 +68,9 @@ impl Lever {
             ),
             Lever::Sampling => format!(
                 "stack sampling stopped at {at_s:.1} s: the flamegraphs cover only the time before"
+            ),
+            Lever::StageSampler => format!(
+                "the stage sampler slowed to a quarter of its rate at {at_s:.1} s: the data stall and the stages' shares rest on fewer samples after it"
             ),
         }
     }

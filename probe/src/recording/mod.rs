@@ -100,6 +100,11 @@ pub trait Source {
     fn target_info(&self) -> TargetInfo {
         self.target().info(self.mode())
     }
+    /// The job's CPU time so far, ns: the target process's (a source whose
+    /// job spans processes adds theirs).
+    fn cpu_ns(&self) -> Option<u64> {
+        target::process_cpu_ns(self.pid())
+    }
     /// Whether the target still runs.
     fn alive(&mut self) -> bool {
         target::alive(self.pid())
@@ -318,7 +323,7 @@ impl LoopState {
     ) -> Result<()> {
         let (mono_ns, wall_ns) = now_ns();
         let root_elems = nodes.first().map(|n| n.counters.num_elements);
-        let target_cpu = target::process_cpu_ns(source.pid());
+        let target_cpu = source.cpu_ns();
         let process_cpu_ns = target_cpu.unwrap_or(0);
         source.learn_nodes(&nodes);
         sink.push(Event::Poll(Poll {

@@ -5,6 +5,7 @@
 //! more file here.
 
 pub mod attached;
+pub mod dataloader;
 pub mod model;
 pub mod shim;
 pub mod uprobes;

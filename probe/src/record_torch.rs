@@ -1,0 +1,83 @@
+//! `--pid` on a PyTorch training process: the DataLoader source through the
+//! one recording loop. No BPF: its cost is the probe process's own CPU
+//! (process_vm_readv and /proc reads), which the meter counts against the
+//! job's CPU across its processes.
+
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use plumber_collector::event::Event;
+
+use anyhow::{anyhow, Result};
+use tracing::info;
+
+use crate::cost::{CostOpts, Lever, Meter, Thin};
+use crate::python::PyProcess;
+use crate::recording::{self, LoopOpts, Recording};
+use crate::sink::EventSink;
+use crate::sources::dataloader::{DataLoaderSource, SAMPLE_HZ};
+use crate::stop;
+use crate::target::Target;
+use crate::torch::Torch;
+
+/// What a `--pid` recording of a PyTorch job takes of the recording's
+/// options (`record::RecordOpts` has the BPF ones besides).
+pub struct TorchOpts {
+    pub pid: i32,
+    pub duration: Option<Duration>,
+    pub interval: Option<Duration>,
+    /// How long to wait for the loader to be found.
+    pub discovery_timeout: Duration,
+    pub quiet: bool,
+    pub save_events: Option<PathBuf>,
+    /// The stage sampler's ticks per second; 0: its default.
+    pub sample_hz: u32,
+    pub tap: Option<Sender<Event>>,
+    pub budget: f64,
+}
+
+pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Recording> {
+    let pid = opts.pid;
+    let target = Target::other_framework(pid, &torch.lib)?;
+    stop::install_signal_handlers(stop::on_signal)?;
+    info!(pid, torch = %torch.version, "PyTorch target found");
+    let py = PyProcess::attach(pid).map_err(|e| {
+        anyhow!(
+            "process {pid} runs torch {} but its Python interpreter cannot be read: {e}",
+            torch.version
+        )
+    })?;
+    let hz = if opts.sample_hz > 0 {
+        opts.sample_hz.min(SAMPLE_HZ * 4)
+    } else {
+        SAMPLE_HZ
+    };
+    let thin = Thin::default();
+    let mut source =
+        DataLoaderSource::new(target, torch, py, opts.discovery_timeout, hz, thin.clone());
+    let loop_opts = LoopOpts {
+        duration: opts.duration,
+        interval: opts.interval,
+        quiet: opts.quiet,
+        started,
+        cost: Some(Meter::without_bpf(CostOpts {
+            budget: opts.budget,
+            levers: vec![Lever::StageSampler],
+            thin,
+            explicit: None,
+            duration: opts.duration,
+        })),
+    };
+    let mut sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
+    let ended = recording::run(&mut source, &mut sink, &loop_opts)?;
+    Ok(Recording {
+        sink,
+        reason: ended.reason.to_string(),
+        mode: "dataloader",
+        partial: ended.partial,
+        time_to_first_data: ended.time_to_first_data.unwrap_or(0.0),
+        cache_hit: false,
+        stacks: None,
+    })
+}

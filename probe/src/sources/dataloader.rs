@@ -1,0 +1,384 @@
+//! `--pid` on a PyTorch training process: its DataLoader as a pipeline.
+//! Nothing is attached to the target: the loader's iterator object is
+//! found in the training loop's frames and read at every sampler tick
+//! (`crate::torch::loader`), the stage sampler reads every thread's Python
+//! stack in the training process and its workers (`crate::torch::sampler`),
+//! and each poll turns what they saw into the pipeline's nodes (the stages,
+//! docs/stats-format.md "PyTorch") and a `DataLoader` event.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use plumber_collector::dataloader::{DataLoaderObservation, WorkerObservation};
+use plumber_collector::event::{DropCount, Event, NodeCounters, NodeObservation};
+use tracing::debug;
+
+use crate::cost::Thin;
+use crate::python::PyProcess;
+use crate::recording::{Prepared, Round, Source};
+use crate::sink::EventSink;
+use crate::target::{self, Target};
+use crate::torch::sampler::{Observed, StageNs, StageSampler};
+use crate::torch::stage::Stage;
+use crate::torch::{loader, Torch};
+
+/// Polls: each one only copies what the sampler counted.
+const INTERVAL: Duration = Duration::from_millis(500);
+/// How often the sampler reads the stacks. Each tick costs one read per
+/// frame of each thread of the job; 50 a second keep the probe's CPU well
+/// under 1% of a core for a job of a few workers, and give a data stall
+/// share to within ~1.5 points over 30 s.
+pub const SAMPLE_HZ: u32 = 50;
+/// Between two looks for the loader while none is found.
+const LOOK_AGAIN: Duration = Duration::from_millis(200);
+/// Failed looks in a row before the recording fails.
+const MAX_FAILURES: u32 = 10;
+
+pub struct DataLoaderSource {
+    target: Target,
+    torch: Torch,
+    py: PyProcess,
+    sampler: Option<StageSampler>,
+    discovery_timeout: Duration,
+    started: Instant,
+    hz: u32,
+    thin: Thin,
+    failures: u32,
+}
+
+impl DataLoaderSource {
+    pub fn new(
+        target: Target,
+        torch: Torch,
+        py: PyProcess,
+        discovery_timeout: Duration,
+        hz: u32,
+        thin: Thin,
+    ) -> Self {
+        DataLoaderSource {
+            target,
+            torch,
+            py,
+            sampler: None,
+            discovery_timeout,
+            started: Instant::now(),
+            hz,
+            thin,
+            failures: 0,
+        }
+    }
+
+    fn observation(&self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
+        let st = o.state.as_ref()?;
+        let names = |m: &StageNs| {
+            m.iter()
+                .map(|(s, v)| (stage_key(*s).to_string(), *v))
+                .collect()
+        };
+        let workers: Vec<WorkerObservation> = o
+            .workers
+            .iter()
+            .map(|(&pid, stages)| WorkerObservation {
+                pid,
+                stages: names(stages),
+                cpu_ns: target::process_cpu_ns(pid).unwrap_or(0),
+            })
+            .collect();
+        Some(DataLoaderObservation {
+            mono_ns,
+            wall_ns: crate::clock::now_ns().1,
+            torch_version: self.torch.version.clone(),
+            num_workers: st.num_workers,
+            prefetch_factor: st.prefetch_factor,
+            pin_memory: st.pin_memory,
+            persistent_workers: st.persistent_workers,
+            batch_size: st.batch_size,
+            drop_last: st.drop_last,
+            batches: o.batches.total(),
+            epochs: o.batches.epochs,
+            tasks_outstanding: st.tasks_outstanding,
+            covered_ns: o.covered_ns,
+            ticks: o.ticks,
+            training: names(&o.training),
+            training_unknown_ns: o.training_unknown_ns,
+            pin_memory_stages: names(&o.pin_memory),
+            workers,
+            job_cpu_ns: self.cpu_ns().unwrap_or(0),
+        })
+    }
+}
+
+/// The stage's key in the outputs.
+pub fn stage_key(s: Stage) -> &'static str {
+    match s {
+        Stage::Wait => "wait",
+        Stage::GetItem => "get_item",
+        Stage::Collate => "collate",
+        Stage::Send => "send",
+        Stage::Idle => "idle",
+        Stage::PinMemory => "pin_memory",
+        Stage::Other => "other",
+    }
+}
+
+fn ns(m: &StageNs, s: Stage) -> u64 {
+    m.get(&s).copied().unwrap_or(0)
+}
+
+/// The loader as a chain of stages, consumer first: what reaches the
+/// training loop (through pin memory when on, the worker queue when there
+/// are workers), the collate, the dataset's items, the sampler.
+fn nodes_of(o: &Observed) -> Vec<NodeObservation> {
+    let Some(st) = &o.state else {
+        return Vec::new();
+    };
+    let batches = o.batches.total() as i64;
+    let samples = batches * st.batch_size.unwrap_or(1) as i64;
+    let workers = st.num_workers.max(1) as f64;
+    // Where the items and the collate run: the workers, or the training
+    // loop itself without them.
+    let (get_item, collate) = if st.num_workers > 0 {
+        o.workers.values().fold((0, 0), |(g, c), w| {
+            (g + ns(w, Stage::GetItem), c + ns(w, Stage::Collate))
+        })
+    } else {
+        (
+            ns(&o.training, Stage::GetItem),
+            ns(&o.training, Stage::Collate),
+        )
+    };
+    let link = |name, elements: i64, time: u64, buffered: i64| Link {
+        name,
+        counters: NodeCounters {
+            num_elements: elements,
+            processing_time_ns: time as i64,
+            buffered_elements: buffered,
+            ..Default::default()
+        },
+        parallelism: None,
+        ratio: None,
+        buffer_size: None,
+    };
+    let mut chain = Vec::new();
+    if st.pin_memory && st.num_workers > 0 {
+        chain.push(link(
+            "PinMemory",
+            batches,
+            ns(&o.pin_memory, Stage::PinMemory),
+            0,
+        ));
+    }
+    if st.num_workers > 0 {
+        let outstanding = st.tasks_outstanding.unwrap_or(0) as i64;
+        chain.push(Link {
+            buffer_size: st
+                .prefetch_factor
+                .map(|p| f64::from(p) * f64::from(st.num_workers)),
+            ..link("WorkerQueue", batches, 0, outstanding)
+        });
+    }
+    chain.push(Link {
+        parallelism: Some(workers),
+        ratio: st.batch_size.map(|b| b as f64),
+        ..link("Collate", batches, collate, 0)
+    });
+    chain.push(Link {
+        parallelism: Some(workers),
+        ..link("GetItem", samples, get_item, 0)
+    });
+    chain.push(link("Sampler", samples, 0, 0));
+    let mut path = String::from("Root");
+    let mut parent = None;
+    chain
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            path = format!("{path}::{}", l.name);
+            // Stable identities: one node per stage for the whole
+            // recording (the counts are the loader's across epochs).
+            let addr = 0x1000 + i as u64;
+            let n = NodeObservation {
+                addr,
+                id: i as i64 + 1,
+                name: l.name.to_string(),
+                path: path.clone(),
+                parent,
+                in_function: false,
+                counters: l.counters,
+                parallelism: l.parallelism,
+                ratio: l.ratio,
+                buffer_size: l.buffer_size,
+            };
+            parent = Some(addr);
+            n
+        })
+        .collect()
+}
+
+/// One stage as a node of the chain.
+struct Link {
+    name: &'static str,
+    counters: NodeCounters,
+    parallelism: Option<f64>,
+    ratio: Option<f64>,
+    buffer_size: Option<f64>,
+}
+
+impl Source for DataLoaderSource {
+    fn target(&self) -> &Target {
+        &self.target
+    }
+
+    fn mode(&self) -> &'static str {
+        "dataloader"
+    }
+
+    /// The training process and its workers: those alive, and those gone
+    /// (reaped, they are in the training process's children times).
+    fn cpu_ns(&self) -> Option<u64> {
+        let own = target::process_tree_cpu_ns(self.target.pid)?;
+        let workers: u64 = self
+            .sampler
+            .as_ref()
+            .and_then(|s| s.observed().state)
+            .map(|st| {
+                st.worker_pids
+                    .iter()
+                    .filter_map(|&p| target::process_cpu_ns(p))
+                    .sum()
+            })
+            .unwrap_or(0);
+        Some(own + workers)
+    }
+
+    fn prepare(&mut self, _round: &Round) -> Result<Prepared> {
+        if self
+            .sampler
+            .as_ref()
+            .is_some_and(|s| s.observed().state.is_some())
+        {
+            return Ok(Prepared::Ready);
+        }
+        if self.sampler.is_none() {
+            // The interpreter is read while it runs: a thread may leave the
+            // frame being read. A few failures in a row are that; more are
+            // a real error.
+            match loader::find(&self.py) {
+                Ok(Some(reader)) => {
+                    self.sampler = Some(StageSampler::start(
+                        &self.py,
+                        Box::new(reader),
+                        self.hz,
+                        self.thin.clone(),
+                    )?);
+                }
+                Ok(None) => self.failures = 0,
+                Err(e) if self.failures < MAX_FAILURES => {
+                    debug!("looking for the DataLoader: {e:#}");
+                    self.failures += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if self.started.elapsed() > self.discovery_timeout {
+            bail!(
+                "no DataLoader iterator found in process {} within {:.0} s: is its training loop iterating a torch.utils.data.DataLoader? (plumber-probe finds the loader in the loop's frames once it runs)",
+                self.target.pid,
+                self.discovery_timeout.as_secs_f64()
+            );
+        }
+        if !target::alive(self.target.pid) {
+            bail!(
+                "target process {} exited before its DataLoader was found",
+                self.target.pid
+            );
+        }
+        std::thread::sleep(LOOK_AGAIN);
+        Ok(Prepared::Again)
+    }
+
+    fn nodes(&mut self) -> Result<Vec<NodeObservation>> {
+        Ok(self
+            .sampler
+            .as_ref()
+            .map(|s| nodes_of(&s.observed()))
+            .unwrap_or_default())
+    }
+
+    fn after_poll(&mut self, sink: &mut EventSink, mono_ns: u64, _first: bool) -> Result<()> {
+        if let Some(o) = self.sampler.as_ref().map(StageSampler::observed) {
+            if let Some(obs) = self.observation(&o, mono_ns) {
+                sink.push(Event::DataLoader(obs))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn default_interval(&self) -> Duration {
+        INTERVAL
+    }
+
+    fn finish(&mut self, _sink: &mut EventSink) -> Result<Vec<DropCount>> {
+        let o = self
+            .sampler
+            .take()
+            .map(StageSampler::finish)
+            .unwrap_or_default();
+        Ok(vec![
+            DropCount::new("python_frame_unreadable", o.bad_frames),
+            DropCount::new("worker_unreadable", o.unreadable_workers.len() as u64),
+            DropCount::new("stage_sampler_failed", u64::from(o.failed)),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::torch::sampler::LoaderState;
+
+    fn observed(num_workers: u32, pin_memory: bool) -> Observed {
+        let mut o = Observed::default();
+        o.batches.see(0x10, 10);
+        o.training.insert(Stage::GetItem, 700);
+        o.training.insert(Stage::Collate, 100);
+        o.workers
+            .insert(42, [(Stage::GetItem, 5_000), (Stage::Collate, 300)].into());
+        o.state = Some(LoaderState {
+            num_workers,
+            pin_memory,
+            prefetch_factor: (num_workers > 0).then_some(2),
+            batch_size: Some(8),
+            tasks_outstanding: Some(3),
+            ..Default::default()
+        });
+        o
+    }
+
+    fn names(nodes: &[NodeObservation]) -> Vec<&str> {
+        nodes.iter().map(|n| n.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_chain_follows_the_configuration() {
+        let n = nodes_of(&observed(0, false));
+        assert_eq!(names(&n), ["Collate", "GetItem", "Sampler"]);
+        // Without workers the loop's own stages hold the time.
+        assert_eq!(n[1].counters.processing_time_ns, 700);
+        assert_eq!(n[1].counters.num_elements, 80);
+        assert_eq!(n[0].ratio, Some(8.0));
+        assert_eq!(n[2].path, "Root::Collate::GetItem::Sampler");
+        assert_eq!(n[2].parent, Some(n[1].addr));
+
+        let n = nodes_of(&observed(4, true));
+        assert_eq!(
+            names(&n),
+            ["PinMemory", "WorkerQueue", "Collate", "GetItem", "Sampler"]
+        );
+        assert_eq!(n[1].buffer_size, Some(8.0));
+        assert_eq!(n[1].counters.buffered_elements, 3);
+        assert_eq!(n[3].counters.processing_time_ns, 5_000);
+        assert_eq!(n[3].parallelism, Some(4.0));
+        assert!(nodes_of(&Observed::default()).is_empty());
+    }
+}

@@ -1,0 +1,233 @@
+//! Finding the DataLoader's iterator in the training process and reading
+//! what it counts. The training loop's frames hold the iterator (a `for`
+//! loop keeps it on its value stack, `it = iter(loader)` in a local, a
+//! loader with persistent workers in its `_iterator`); it is looked for
+//! again at every full read, so each epoch's new iterator is found. Its
+//! attributes are read with `crate::python::Objects`, whose layout checks
+//! turn a wrong guess into an error, never a number.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tracing::debug;
+
+use super::sampler::{LoaderReader, LoaderState};
+use crate::python::{Objects, PyProcess, PyValue};
+
+/// The iterator classes of torch.utils.data.dataloader.
+const ITER_TYPES: &[&str] = &[
+    "_MultiProcessingDataLoaderIter",
+    "_SingleProcessDataLoaderIter",
+];
+
+/// Between two looks for the iterator in the frames while the one known
+/// is still there (a look reads thousands of words; an iterator replaced
+/// and freed is noticed at once, by its type).
+const LOOK_EVERY: Duration = Duration::from_secs(5);
+
+pub struct IterReader {
+    objs: Objects,
+    /// The iterator found last, and its type object.
+    iter: u64,
+    iter_type: u64,
+    looked: Instant,
+    /// Where the iterator keeps its `_num_yielded`, and the int type: the
+    /// count is then one read of the slot and one of the int, every tick.
+    yielded_slot: Option<u64>,
+    int_type: Option<u64>,
+    /// The count at the last look.
+    looked_at: Option<i128>,
+    /// The iterator as it was when the slot was found.
+    ident: Option<Ident>,
+}
+
+/// The loader's iterator in `py`'s frames, if a thread holds one now.
+pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
+    let objs = Objects::new(py).context("reading the training process's Python objects")?;
+    let Some((iter, iter_type)) = locate(&objs, None) else {
+        return Ok(None);
+    };
+    Ok(Some(IterReader {
+        objs,
+        iter,
+        iter_type,
+        looked: Instant::now(),
+        yielded_slot: None,
+        int_type: None,
+        looked_at: None,
+        ident: None,
+    }))
+}
+
+/// The iterator the frames hold, with its type object: `keep` while the
+/// frames still hold it (an epoch's old iterator and the next one are both
+/// alive for a moment), else the first found.
+fn locate(objs: &Objects, keep: Option<u64>) -> Option<(u64, u64)> {
+    let found = match objs.find_on_frames(ITER_TYPES) {
+        Ok(f) => f,
+        Err(e) => {
+            debug!("looking for the DataLoader iterator: {e}");
+            return None;
+        }
+    };
+    let f = found
+        .iter()
+        .find(|f| Some(f.addr) == keep)
+        .or_else(|| found.first())?;
+    let ty = objs.type_of(f.addr).ok()?;
+    debug!(addr = f.addr, via = %f.via, function = %f.function, "DataLoader iterator");
+    Some((f.addr, ty.addr))
+}
+
+/// What says an object is still the one whose attribute slot was cached:
+/// the words where CPython keeps where its attributes are (3.11+: the two
+/// words before its GC header, the managed dict and values; 3.9/3.10: its
+/// dict pointer at `tp_dictoffset`), read with its header in one read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ident {
+    storage: [u64; 2],
+    dict: u64,
+    /// `tp_dictoffset` when the dict pointer lies in the words read.
+    dict_word: Option<u64>,
+}
+
+impl Ident {
+    /// Reads `[obj - 32, obj + 32)`; None unless the object is alive (its
+    /// GC header's next link is set: a freed object is untracked first)
+    /// and of type `ty`.
+    fn read(objs: &Objects, obj: u64, ty: u64, dict_word: Option<u64>) -> Option<Ident> {
+        let b = objs.bytes(obj.checked_sub(32)?, 64).ok()?;
+        let w = |i: usize| crate::mem::word_at(&b, i * 8);
+        // -32, -24: storage; -16, -8: GC links; 0: refcount; +8: type.
+        if w(3) == 0 || w(5) != ty {
+            return None;
+        }
+        Some(Ident {
+            storage: [w(0), w(1)],
+            dict: dict_word.map_or(0, |d| w(4 + d as usize / 8)),
+            dict_word,
+        })
+    }
+}
+
+impl IterReader {
+    fn int(&self, path: &str) -> Option<i128> {
+        let at = self.objs.follow(self.iter, path).ok()?;
+        match self.objs.value(at).ok()? {
+            PyValue::Int(v) => Some(v),
+            PyValue::Bool(b) => Some(i128::from(b)),
+            _ => None,
+        }
+    }
+
+    fn flag(&self, path: &str) -> bool {
+        self.int(path).is_some_and(|v| v != 0)
+    }
+
+    /// Whether `iter` still holds a live iterator of the type first seen
+    /// there: a freed one keeps its type until its memory is reused, but
+    /// not its GC link.
+    fn still_there(&self) -> bool {
+        Ident::read(&self.objs, self.iter, self.iter_type, None).is_some()
+    }
+
+    /// `_num_yielded` through the cached slot: one read of the iterator's
+    /// header, one of the slot, one of the int. None when the iterator is
+    /// no longer alive there (untracked by the GC, another type) or keeps
+    /// its attributes elsewhere now (its storage words changed: a new
+    /// iterator where the old one was, or a materialised dict): the slow
+    /// path then looks the name up again.
+    fn yielded_fast(&self) -> Option<i128> {
+        let (slot, int_type, ident) = (self.yielded_slot?, self.int_type?, self.ident.as_ref()?);
+        let now = Ident::read(&self.objs, self.iter, self.iter_type, ident.dict_word)?;
+        if now != *ident {
+            return None;
+        }
+        let at = self.objs.word(slot).ok()?;
+        self.objs.long_of_type(at, int_type).ok()
+    }
+
+    /// Looks `_num_yielded` up by name and caches where it is.
+    fn yielded_slow(&mut self) -> Option<i128> {
+        let dict_word = self
+            .objs
+            .type_of(self.iter)
+            .ok()
+            .and_then(|t| u64::try_from(t.dictoffset).ok())
+            .filter(|&d| d > 0 && d <= 24);
+        self.ident = Ident::read(&self.objs, self.iter, self.iter_type, dict_word);
+        self.yielded_slot = self
+            .objs
+            .attr_slot(self.iter, "_num_yielded")
+            .ok()
+            .flatten();
+        let at = self.objs.word(self.yielded_slot?).ok()?;
+        self.int_type = self.objs.type_of(at).ok().map(|t| t.addr);
+        self.objs.long(at).ok()
+    }
+
+    fn worker_pids(&self) -> Vec<i32> {
+        let Ok(list) = self.objs.follow(self.iter, "_workers") else {
+            return Vec::new();
+        };
+        let n = self.objs.items(list).map(|v| v.len()).unwrap_or(0);
+        (0..n)
+            .filter_map(|i| self.int(&format!("_workers[{i}]._popen.pid")))
+            .filter_map(|p| i32::try_from(p).ok())
+            .filter(|&p| p > 0)
+            .collect()
+    }
+}
+
+impl LoaderReader for IterReader {
+    fn yielded(&mut self) -> Option<(u64, u64)> {
+        let n = self.yielded_fast()?;
+        Some((self.iter, u64::try_from(n).ok()?))
+    }
+
+    fn state(&mut self) -> Option<LoaderState> {
+        // Each epoch without persistent workers has a new iterator: freed,
+        // the old one is gone at once; kept alive elsewhere, it is replaced
+        // at the next look.
+        if !self.still_there() || self.looked.elapsed() >= LOOK_EVERY {
+            // The one known is kept while it counts; one that stopped
+            // counting over a whole look may be an old epoch's, kept alive.
+            let counting = self.yielded_fast() != self.looked_at;
+            self.looked = Instant::now();
+            let keep = (self.still_there() && counting).then_some(self.iter);
+            if let Some((iter, ty)) = locate(&self.objs, keep) {
+                self.iter = iter;
+                self.iter_type = ty;
+            }
+            self.looked_at = self.yielded_fast();
+        }
+        if !self.still_there() {
+            debug!(iter = self.iter, "the DataLoader iterator is gone");
+            return None;
+        }
+        let Some(n) = self.yielded_slow() else {
+            debug!(iter = self.iter, slot = ?self.yielded_slot, "the DataLoader iterator's count is unreadable");
+            return None;
+        };
+        let num_yielded = u64::try_from(n).ok()?;
+        let iter = self.iter;
+        let num_workers = self
+            .int("_num_workers")
+            .and_then(|v| u32::try_from(v).ok())?;
+        let to_u64 = |v: i128| u64::try_from(v).ok();
+        Some(LoaderState {
+            iter,
+            num_yielded,
+            num_workers,
+            prefetch_factor: self
+                .int("_prefetch_factor")
+                .and_then(|v| u32::try_from(v).ok()),
+            pin_memory: self.flag("_pin_memory"),
+            persistent_workers: self.flag("_persistent_workers"),
+            batch_size: self.int("_index_sampler.batch_size").and_then(to_u64),
+            drop_last: self.flag("_index_sampler.drop_last"),
+            tasks_outstanding: self.int("_tasks_outstanding").and_then(to_u64),
+            worker_pids: self.worker_pids(),
+        })
+    }
+}

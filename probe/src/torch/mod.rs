@@ -1,0 +1,70 @@
+//! PyTorch's DataLoader in an unmodified training process, read from
+//! outside. The training process's interpreter is read like any Python
+//! (`crate::python`); the loader's iterator object says what it counts
+//! (`_num_yielded`), how it is configured and which worker processes it
+//! runs (`loader.rs`); a sampler reads every thread's Python stack in the
+//! training process and the workers to tell the stages apart
+//! (`sampler.rs`, `stage.rs`). Nothing is attached to the target: no
+//! uprobe, no BPF, only process_vm_readv and /proc.
+
+pub mod count;
+pub mod frames;
+pub mod loader;
+pub mod sampler;
+pub mod stage;
+
+use std::fs;
+
+/// A library only a process that imported torch maps.
+pub const TORCH_LIB: &str = "libtorch_python.so";
+
+/// torch as the target loaded it.
+#[derive(Debug, Clone)]
+pub struct Torch {
+    /// The library's path as the target sees it.
+    pub lib: String,
+    /// `torch.__version__`, from torch/version.py beside the library.
+    pub version: String,
+}
+
+/// torch in process `pid`'s memory map, if it imported it.
+pub fn find(pid: i32) -> Option<Torch> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let lib = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.rsplit('/').next() == Some(TORCH_LIB))?
+        .to_string();
+    // site-packages/torch/lib/libtorch_python.so -> site-packages/torch/version.py
+    let version = lib
+        .rsplit_once("/lib/")
+        .and_then(|(torch_dir, _)| {
+            fs::read_to_string(format!("/proc/{pid}/root{torch_dir}/version.py")).ok()
+        })
+        .and_then(|text| version_of(&text))
+        .unwrap_or_default();
+    Some(Torch { lib, version })
+}
+
+/// `__version__ = '2.14.1+cu130'` -> `2.14.1+cu130`.
+fn version_of(version_py: &str) -> Option<String> {
+    version_py.lines().find_map(|l| {
+        let v = l
+            .strip_prefix("__version__")?
+            .trim_start()
+            .strip_prefix('=')?;
+        Some(v.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_line() {
+        let py = "from typing import Optional\n__version__ = '2.14.1+cu130'\ndebug = False\n";
+        assert_eq!(version_of(py).as_deref(), Some("2.14.1+cu130"));
+        assert_eq!(version_of("x = 1\n"), None);
+    }
+}

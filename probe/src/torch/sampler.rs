@@ -1,0 +1,301 @@
+//! The stage sampler: a thread of the probe that, `hz` times a second,
+//! reads the Python stack of every thread of the training process and of
+//! each DataLoader worker (`frames.rs`), says which stage each is in
+//! (`stage.rs`) and adds the time since its last tick to that stage. It
+//! also reads the loader's batch count at every tick, so an epoch's last
+//! count is seen at most one tick before the count restarts (`count.rs`).
+//! Wall time, not CPU time: a worker blocked reading a file is in GetItem,
+//! and the training loop blocked on the result queue is stalled.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use super::count::EpochTotal;
+use super::frames::{Frames, Stack};
+use super::stage::{classify, Stage};
+use crate::cost::Thin;
+use crate::python::PyProcess;
+
+/// What the loader says of itself, read from its iterator object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoaderState {
+    /// The iterator object (a new one per epoch without persistent
+    /// workers).
+    pub iter: u64,
+    pub num_yielded: u64,
+    pub num_workers: u32,
+    pub prefetch_factor: Option<u32>,
+    pub pin_memory: bool,
+    pub persistent_workers: bool,
+    pub batch_size: Option<u64>,
+    pub drop_last: bool,
+    /// Batches sent to workers and not yet yielded.
+    pub tasks_outstanding: Option<u64>,
+    pub worker_pids: Vec<i32>,
+}
+
+/// Reads the loader's iterator in the training process.
+pub trait LoaderReader: Send {
+    /// The iterator object and its batch count now (every tick).
+    fn yielded(&mut self) -> Option<(u64, u64)>;
+    /// Everything (about once a second).
+    fn state(&mut self) -> Option<LoaderState>;
+}
+
+/// Wall time per stage of one thread role, ns.
+pub type StageNs = BTreeMap<Stage, u64>;
+
+/// What the sampler saw so far (cumulative).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub ticks: u64,
+    /// Wall time covered by the ticks, ns.
+    pub covered_ns: u64,
+    /// The training loop's thread (the one seen in the loader's `next()`).
+    pub training: StageNs,
+    /// Ticks before the training loop's thread was known.
+    pub training_unknown_ns: u64,
+    /// Per worker process: its main thread, and its result queue's feeder
+    /// thread (Send while it pickles and writes).
+    pub workers: BTreeMap<i32, StageNs>,
+    pub pin_memory: StageNs,
+    pub batches: EpochTotal,
+    pub state: Option<LoaderState>,
+    /// Workers whose interpreter could not be read (pid, why).
+    pub unreadable_workers: Vec<(i32, String)>,
+    pub bad_frames: u64,
+    /// The sampler's thread ended by a panic: what it saw stops there.
+    pub failed: bool,
+}
+
+pub struct StageSampler {
+    stop: Arc<AtomicBool>,
+    shared: Arc<Mutex<Observed>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl StageSampler {
+    /// Starts sampling the training process `py` at `hz`.
+    pub fn start(
+        py: &PyProcess,
+        reader: Box<dyn LoaderReader>,
+        hz: u32,
+        thin: Thin,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = Arc::new(Mutex::new(Observed::default()));
+        let mut run = Run {
+            training: Frames::new(py),
+            parent: py.clone(),
+            workers: HashMap::new(),
+            reader,
+            loop_thread: None,
+            shared: shared.clone(),
+            period: Duration::from_secs_f64(1.0 / f64::from(hz.max(1))),
+            thin,
+        };
+        let s = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("stage-sampler".into())
+            .spawn(move || run.run(&s))?;
+        Ok(StageSampler {
+            stop,
+            shared,
+            handle: Some(handle),
+        })
+    }
+
+    /// A copy of what was seen so far.
+    pub fn observed(&self) -> Observed {
+        // A panic while the lock was held poisons it; what was counted
+        // before is still right.
+        match self.shared.lock() {
+            Ok(o) => o.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Stops the thread and returns the final observation.
+    pub fn finish(mut self) -> Observed {
+        self.stop.store(true, Ordering::Relaxed);
+        let failed = self.handle.take().is_some_and(|h| h.join().is_err());
+        let mut o = self.observed();
+        o.failed = failed;
+        o
+    }
+}
+
+impl Drop for StageSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+struct Run {
+    training: Frames,
+    /// The training process's interpreter: forked workers share its
+    /// layout, so attaching to one needs no symbol lookup.
+    parent: PyProcess,
+    workers: HashMap<i32, Option<Frames>>,
+    reader: Box<dyn LoaderReader>,
+    loop_thread: Option<u64>,
+    shared: Arc<Mutex<Observed>>,
+    period: Duration,
+    /// The cost meter's say: a quarter of the rate once it slows us.
+    thin: Thin,
+}
+
+/// Between two full reads of the loader's state.
+const STATE_EVERY: Duration = Duration::from_millis(500);
+/// Between two full reads while the iterator is lost.
+const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
+
+impl Run {
+    fn run(&mut self, stop: &AtomicBool) {
+        let mut last = Instant::now();
+        let mut last_state: Option<Instant> = None;
+        let mut lost = false;
+        while !stop.load(Ordering::Relaxed) {
+            let slow = if self.thin.stages_slowed() { 4 } else { 1 };
+            std::thread::sleep(self.period * slow);
+            let now = Instant::now();
+            let dt = now.duration_since(last).as_nanos() as u64;
+            last = now;
+            // A full read every STATE_EVERY, and soon after the iterator
+            // was lost (an epoch ended: the next one's is to be found).
+            let due = |every| last_state.is_none_or(|t| now.duration_since(t) >= every);
+            let state = if due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS)) {
+                last_state = Some(now);
+                self.reader.state()
+            } else {
+                None
+            };
+            if let Some(s) = &state {
+                self.follow_workers(&s.worker_pids);
+            }
+            let yielded = match &state {
+                Some(s) => Some((s.iter, s.num_yielded)),
+                None => self.reader.yielded(),
+            };
+            lost = yielded.is_none();
+            self.tick(dt, yielded, state);
+        }
+    }
+
+    /// Attaches to new workers and forgets the ones gone.
+    fn follow_workers(&mut self, pids: &[i32]) {
+        self.workers.retain(|pid, _| pids.contains(pid));
+        for &pid in pids {
+            if self.workers.contains_key(&pid) {
+                continue;
+            }
+            let attached = match self.parent.forked(pid) {
+                Some(py) => Ok(py),
+                None => PyProcess::attach(pid),
+            };
+            let frames = match attached {
+                Ok(py) => Some(Frames::new(&py)),
+                Err(e) => {
+                    debug!(pid, "worker's interpreter not readable: {e}");
+                    if let Ok(mut o) = self.shared.lock() {
+                        o.unreadable_workers.push((pid, e.to_string()));
+                    }
+                    None
+                }
+            };
+            self.workers.insert(pid, frames);
+        }
+    }
+
+    fn tick(&mut self, dt: u64, yielded: Option<(u64, u64)>, state: Option<LoaderState>) {
+        let training = self.training.stacks().unwrap_or_default();
+        let (loop_stage, pin) = self.training_stages(&training);
+        let mut workers = Vec::new();
+        for (&pid, f) in self.workers.iter_mut() {
+            if let Some(stacks) = f.as_mut().and_then(Frames::stacks) {
+                workers.push((pid, worker_stages(&stacks)));
+            }
+        }
+        let bad = self.training.bad_frames
+            + self
+                .workers
+                .values()
+                .flatten()
+                .map(|f| f.bad_frames)
+                .sum::<u64>();
+        let Ok(mut o) = self.shared.lock() else {
+            return;
+        };
+        o.ticks += 1;
+        o.covered_ns += dt;
+        o.bad_frames = bad;
+        match loop_stage {
+            Some(s) => *o.training.entry(s).or_default() += dt,
+            None => o.training_unknown_ns += dt,
+        }
+        if let Some(p) = pin {
+            *o.pin_memory.entry(p).or_default() += dt;
+        }
+        for (pid, stages) in workers {
+            let w = o.workers.entry(pid).or_default();
+            for s in stages {
+                *w.entry(s).or_default() += dt;
+            }
+        }
+        if let Some((iter, n)) = yielded {
+            tracing::trace!(iter, n, "batch count read");
+            o.batches.see(iter, n);
+        }
+        if state.is_some() {
+            o.state = state;
+        }
+    }
+
+    /// The training loop's stage (once its thread is known: the one seen
+    /// in the loader's `next()`) and the pin-memory thread's.
+    fn training_stages(&mut self, stacks: &[Stack]) -> (Option<Stage>, Option<Stage>) {
+        let mut pin = None;
+        let mut stages = Vec::with_capacity(stacks.len());
+        for s in stacks {
+            let st = classify(&s.frames);
+            if matches!(st, Stage::PinMemory) || (st == Stage::Idle && is_pin_thread(s)) {
+                pin = Some(st);
+                continue;
+            }
+            if st.stalls() && self.loop_thread.is_none() {
+                self.loop_thread = Some(s.thread_id);
+            }
+            stages.push((s.thread_id, st));
+        }
+        let loop_stage = self
+            .loop_thread
+            .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st));
+        (loop_stage, pin)
+    }
+}
+
+fn is_pin_thread(s: &Stack) -> bool {
+    s.frames.iter().any(|f| f.0.as_ref() == "_pin_memory_loop")
+}
+
+/// A worker's stages this tick: its main thread's (the one in
+/// `_worker_loop`), and Send when its result queue's feeder is busy.
+fn worker_stages(stacks: &[Stack]) -> Vec<Stage> {
+    let mut out = Vec::with_capacity(2);
+    for s in stacks {
+        let st = classify(&s.frames);
+        let in_loop = s.frames.iter().any(|f| f.0.as_ref() == "_worker_loop");
+        if in_loop || st == Stage::Send {
+            out.push(st);
+        }
+    }
+    out
+}

@@ -1,0 +1,220 @@
+//! PyTorch DataLoader jobs (tests/workloads/torch_*.py, torch from PyPI in
+//! .venv-torch): the probe attached by PID finds the loader and its
+//! workers, and its batches, samples and data stall agree with what the
+//! training loop counted itself.
+
+use serde_json::Value;
+
+use crate::harness::{gt_at_lines, record_out, tempdir, torch_python, Workload};
+
+/// What one recording of a workload is checked against.
+struct Case<'a> {
+    script: &'a str,
+    args: &'a [&'a str],
+    seconds: f64,
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("dataloader.json has no number {key}: {v}"))
+}
+
+/// The worker pids the workload announced last before `t_ns`.
+fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
+    let field = |l: &str, key: &str| {
+        l.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key).map(str::to_string))
+    };
+    lines
+        .iter()
+        .filter(|l| l.starts_with("WORKERS "))
+        .rfind(|l| field(l, "wall_ns=").and_then(|t| t.parse::<i64>().ok()) <= Some(t_ns))
+        .and_then(|l| field(l, "pids="))
+        .map(|p| p.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// The workload's lines once one of its GT lines is past `t_ns` (it
+/// prints one every 0.1 s).
+fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let lines = w.snapshot_lines();
+        let past = lines
+            .iter()
+            .rev()
+            .filter(|l| l.starts_with("GT "))
+            .any(|l| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix("wall_ns="))
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|t| t >= t_ns)
+            });
+        if past || t0.elapsed() > std::time::Duration::from_secs(10) {
+            return lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Records the case and compares dataloader.json with the loop's own
+/// counts over the same window; returns the summary.
+fn check(case: &Case) -> Value {
+    // Epochs of 64 batches: the count misses at most what the loop takes
+    // in one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of
+    // a 64-batch epoch at worst.
+    let mut args = vec!["--seconds", "600", "--epoch-samples", "1024"];
+    args.extend_from_slice(case.args);
+    let w = Workload::start_in(&[], &torch_python(), case.script, &args);
+    let tag: String = format!(
+        "torch-{}-{}",
+        case.script.trim_end_matches(".py"),
+        case.args.join("-")
+    )
+    .chars()
+    .map(|c| {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            c
+        } else {
+            '_'
+        }
+    })
+    .collect();
+    let dir = tempdir(&tag);
+    let out = record_out(&w, case.seconds, &dir, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let text = std::fs::read_to_string(dir.join("dataloader.json"))
+        .unwrap_or_else(|e| panic!("no dataloader.json ({e}); stdout:\n{stdout}"));
+    let d: Value = serde_json::from_str(&text).expect("dataloader.json");
+    let (t0, t1) = (
+        d["start_wall_ns"].as_i64().expect("start_wall_ns"),
+        d["end_wall_ns"].as_i64().expect("end_wall_ns"),
+    );
+    let lines = lines_past(&w, t1);
+    let gt = |key: &str| gt_at_lines(&lines, t1, key) - gt_at_lines(&lines, t0, key);
+    let who = format!("{} {}", case.script, case.args.join(" "));
+    let (batches, want) = (num(&d, "batches"), gt("root"));
+    eprintln!("{who}: batches {batches} vs the loop's {want:.1}");
+    assert!(
+        want > 20.0,
+        "{who}: too few batches in the window ({want:.1}) to compare"
+    );
+    assert!(
+        (batches - want).abs() <= 0.03 * want + 1.0,
+        "{who}: {batches} batches, the loop counted {want:.1}\n{stdout}"
+    );
+    let (samples, want_samples) = (num(&d, "samples"), gt("elems"));
+    assert!(
+        (samples - want_samples).abs() <= 0.03 * want_samples + num(&d, "batch_size"),
+        "{who}: {samples} samples, the loop counted {want_samples:.1}"
+    );
+    let stall = num(&d, "stall_share");
+    let want_stall = gt("stall_ns") / (t1 - t0) as f64;
+    eprintln!("{who}: stall {stall:.3} vs the loop's {want_stall:.3}");
+    assert!(
+        (stall - want_stall).abs() <= 0.05,
+        "{who}: data stall {:.1}%, the loop measured {:.1}%\n{stdout}",
+        100.0 * stall,
+        100.0 * want_stall
+    );
+    let workers: Vec<i64> = d["workers"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|w| w["pid"].as_i64()).collect())
+        .unwrap_or_default();
+    let announced = announced_workers(&lines, t1);
+    assert_eq!(
+        num(&d, "num_workers") as usize,
+        announced.len(),
+        "{who}: num_workers"
+    );
+    for pid in &announced {
+        assert!(
+            workers.contains(pid),
+            "{who}: worker {pid} not found (found {workers:?})"
+        );
+    }
+    assert!(
+        stdout.contains("DataLoader (torch "),
+        "{who}: no DataLoader summary:\n{stdout}"
+    );
+    d
+}
+
+#[test]
+fn dataloader_image_folder_without_workers() {
+    let d = check(&Case {
+        script: "torch_image.py",
+        args: &["--num-workers", "0", "--batch-size", "16"],
+        seconds: 8.0,
+    });
+    // The loop fetches every batch itself: it is stalled nearly always.
+    assert!(num(&d, "stall_share") > 0.8, "{d}");
+}
+
+#[test]
+fn dataloader_image_folder_with_one_and_four_workers() {
+    for nw in ["1", "4"] {
+        let d = check(&Case {
+            script: "torch_image.py",
+            args: &["--num-workers", nw, "--batch-size", "16"],
+            seconds: 8.0,
+        });
+        // The workers' time is mostly the dataset's items (JPEG decode
+        // and transforms), seen in their own Python frames.
+        let get_item = d["workers_stages"]["get_item"].as_f64().unwrap_or(0.0);
+        assert!(get_item > 0.3, "workers' time in get_item: {d}");
+    }
+}
+
+#[test]
+fn dataloader_training_step_bound() {
+    // A 150 ms step per batch against ~60 ms of loading on two workers:
+    // the loop waits for data little of its time.
+    let d = check(&Case {
+        script: "torch_image.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--step-ms",
+            "150",
+        ],
+        seconds: 10.0,
+    });
+    assert!(num(&d, "stall_share") < 0.5, "{d}");
+}
+
+#[test]
+fn dataloader_spawned_persistent_workers() {
+    check(&Case {
+        script: "torch_image.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--start-method",
+            "spawn",
+            "--persistent-workers",
+        ],
+        seconds: 8.0,
+    });
+}
+
+#[test]
+fn dataloader_python_transform_and_iterable_dataset() {
+    // A pure-Python transform in the training process (its GIL), and an
+    // IterableDataset split across two workers.
+    check(&Case {
+        script: "torch_pyxform.py",
+        args: &["--num-workers", "0"],
+        seconds: 8.0,
+    });
+    check(&Case {
+        script: "torch_iterable.py",
+        args: &["--num-workers", "2"],
+        seconds: 8.0,
+    });
+}
