@@ -171,6 +171,36 @@ fn write_stacks(
     flamegraphs
 }
 
+/// A DataLoader recording's stages.folded and stages.svg: where the
+/// training loop's and the workers' wall time went, by stage, process and
+/// Python function.
+fn write_stage_stacks(files: &mut Outputs, lines: &[String]) -> Option<(String, String)> {
+    use plumber_analyzer::flamegraph::{render_lines, FlameOptions};
+    if lines.is_empty() {
+        return None;
+    }
+    let mut folded = lines.join("\n");
+    folded.push('\n');
+    files.write("stages.folded", folded.as_bytes());
+    let opts = FlameOptions {
+        title: "DataLoader stages (wall time)".into(),
+        subtitle: Some("the training loop and each worker, by stage and Python function".into()),
+        count_name: "ns".into(),
+        colors_by_op: true,
+        highlight_gil: false,
+    };
+    match render_lines(lines.iter().map(String::as_str), &opts) {
+        Ok(svg) => {
+            files.write("stages.svg", svg.as_bytes());
+            Some(("stages".to_string(), svg))
+        }
+        Err(e) => {
+            files.not_written("stages.svg", e.to_string());
+            None
+        }
+    }
+}
+
 /// report.html: the analysis, the flamegraphs and the timeline on one
 /// self-contained page. Without an analysis there is no verdict to show,
 /// and no page.
@@ -212,10 +242,11 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     let collected = rec.sink.finish()?;
     let mut files = Outputs::new(out);
     let analysis = write_collected_to(&mut files, &collected)?;
-    let flamegraphs = match &stacks {
+    let mut flamegraphs = match &stacks {
         Some(st) => write_stacks(&mut files, st),
         None => Vec::new(),
     };
+    flamegraphs.extend(write_stage_stacks(&mut files, &rec.stage_stacks));
     let spans = stacks.as_ref().map_or(&[][..], |st| &st.spans[..]);
     // The last line of the summary, and a fact of report.html.
     let cost_line = plumber_collector::report::measured(&collected.snapshot)

@@ -138,6 +138,24 @@ fn check(case: &Case) -> Value {
         stdout.contains("DataLoader (torch "),
         "{who}: no DataLoader summary:\n{stdout}"
     );
+    if case.script == "torch_image.py" {
+        // The dataset's own function, in the process that runs it, under
+        // its stage.
+        let folded = std::fs::read_to_string(dir.join("stages.folded")).expect("stages.folded");
+        let process = if announced.is_empty() {
+            "training loop"
+        } else {
+            "worker "
+        };
+        assert!(
+            folded
+                .lines()
+                .any(|l| l.starts_with(&format!("[get item];{process}"))
+                    && l.contains(";__getitem__ (torch_image.py)")),
+            "{who}: no [get item] stack with the dataset's __getitem__ in stages.folded"
+        );
+        assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
+    }
     d
 }
 

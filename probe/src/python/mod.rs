@@ -22,7 +22,7 @@ mod offsets;
 
 use std::ops::Range;
 
-pub use code::CodeNames;
+pub use code::{short_file, CodeNames};
 pub use frame_refs::Found;
 pub use objects::{ObjError, Objects, PyValue, Storage};
 pub use offsets::Offsets;

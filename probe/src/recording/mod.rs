@@ -36,6 +36,9 @@ pub struct Recording {
     pub cache_hit: bool,
     /// The stack sampler's result, attributed to threads and ops.
     pub stacks: Option<StackRecording>,
+    /// A DataLoader recording's stage stacks: folded lines
+    /// (`[stage];process;frames... ns`), wall time.
+    pub stage_stacks: Vec<String>,
 }
 
 /// Stack samples of a recording, ready for the flamegraph outputs.

@@ -18,7 +18,7 @@ use crate::python::PyProcess;
 use crate::recording::{Prepared, Round, Source};
 use crate::sink::EventSink;
 use crate::target::{self, Target};
-use crate::torch::sampler::{Observed, StageNs, StageSampler};
+use crate::torch::sampler::{Folded, Observed, StageNs, StageSampler};
 use crate::torch::stage::Stage;
 use crate::torch::{loader, Torch};
 
@@ -44,6 +44,8 @@ pub struct DataLoaderSource {
     hz: u32,
     thin: Thin,
     failures: u32,
+    /// The stage sampler's folded stacks, once it finished.
+    folded: Folded,
 }
 
 impl DataLoaderSource {
@@ -65,7 +67,20 @@ impl DataLoaderSource {
             hz,
             thin,
             failures: 0,
+            folded: Folded::new(),
         }
+    }
+
+    /// The stage stacks as sorted folded lines (`stack ns`).
+    pub fn stage_stacks(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .folded
+            .iter()
+            .filter(|(_, &ns)| ns > 0)
+            .map(|(stack, ns)| format!("{stack} {ns}"))
+            .collect();
+        lines.sort_unstable();
+        lines
     }
 
     fn observation(&self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
@@ -319,11 +334,12 @@ impl Source for DataLoaderSource {
     }
 
     fn finish(&mut self, _sink: &mut EventSink) -> Result<Vec<DropCount>> {
-        let o = self
+        let (o, folded) = self
             .sampler
             .take()
             .map(StageSampler::finish)
             .unwrap_or_default();
+        self.folded = folded;
         Ok(vec![
             DropCount::new("python_frame_unreadable", o.bad_frames),
             DropCount::new("worker_unreadable", o.unreadable_workers.len() as u64),

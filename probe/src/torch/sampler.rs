@@ -19,7 +19,7 @@ use super::count::EpochTotal;
 use super::frames::{Frames, Stack};
 use super::stage::{classify, Stage};
 use crate::cost::Thin;
-use crate::python::PyProcess;
+use crate::python::{short_file, PyProcess};
 
 /// What the loader says of itself, read from its iterator object.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -76,8 +76,12 @@ pub struct Observed {
 pub struct StageSampler {
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Observed>>,
-    handle: Option<JoinHandle<()>>,
+    handle: Option<JoinHandle<Folded>>,
 }
+
+/// Wall ns per folded stack: `[Stage];process;function (file);...`, the
+/// stage sampler's stacks for a flamegraph (stages.folded).
+pub type Folded = HashMap<String, u64>;
 
 impl StageSampler {
     /// Starts sampling the training process `py` at `hz`.
@@ -95,6 +99,7 @@ impl StageSampler {
             workers: HashMap::new(),
             reader,
             loop_thread: None,
+            folded: Folded::new(),
             shared: shared.clone(),
             period: Duration::from_secs_f64(1.0 / f64::from(hz.max(1))),
             thin,
@@ -102,7 +107,10 @@ impl StageSampler {
         let s = stop.clone();
         let handle = std::thread::Builder::new()
             .name("stage-sampler".into())
-            .spawn(move || run.run(&s))?;
+            .spawn(move || {
+                run.run(&s);
+                run.folded
+            })?;
         Ok(StageSampler {
             stop,
             shared,
@@ -120,13 +128,14 @@ impl StageSampler {
         }
     }
 
-    /// Stops the thread and returns the final observation.
-    pub fn finish(mut self) -> Observed {
+    /// Stops the thread and returns the final observation and the folded
+    /// stacks.
+    pub fn finish(mut self) -> (Observed, Folded) {
         self.stop.store(true, Ordering::Relaxed);
-        let failed = self.handle.take().is_some_and(|h| h.join().is_err());
+        let joined = self.handle.take().map(JoinHandle::join);
         let mut o = self.observed();
-        o.failed = failed;
-        o
+        o.failed = matches!(joined, Some(Err(_)));
+        (o, joined.and_then(Result::ok).unwrap_or_default())
     }
 }
 
@@ -147,6 +156,7 @@ struct Run {
     workers: HashMap<i32, Option<Frames>>,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
+    folded: Folded,
     shared: Arc<Mutex<Observed>>,
     period: Duration,
     /// The cost meter's say: a quarter of the rate once it slows us.
@@ -218,10 +228,22 @@ impl Run {
     fn tick(&mut self, dt: u64, yielded: Option<(u64, u64)>, state: Option<LoaderState>) {
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
+        if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
+            if let Some(s) = training.iter().find(|s| s.thread_id == t) {
+                fold(&mut self.folded, st, "training loop", s, dt);
+            }
+        }
         let mut workers = Vec::new();
         for (&pid, f) in self.workers.iter_mut() {
             if let Some(stacks) = f.as_mut().and_then(Frames::stacks) {
-                workers.push((pid, worker_stages(&stacks)));
+                let stages = worker_stages(&stacks);
+                for (st, s) in &stages {
+                    fold(&mut self.folded, *st, &format!("worker {pid}"), s, dt);
+                }
+                workers.push((
+                    pid,
+                    stages.into_iter().map(|(st, _)| st).collect::<Vec<_>>(),
+                ));
             }
         }
         let bad = self.training.bad_frames
@@ -286,16 +308,33 @@ fn is_pin_thread(s: &Stack) -> bool {
     s.frames.iter().any(|f| f.0.as_ref() == "_pin_memory_loop")
 }
 
-/// A worker's stages this tick: its main thread's (the one in
-/// `_worker_loop`), and Send when its result queue's feeder is busy.
-fn worker_stages(stacks: &[Stack]) -> Vec<Stage> {
+/// A worker's stages this tick, with the stacks that are in them: its
+/// main thread's (the one in `_worker_loop`), and Send when its result
+/// queue's feeder is busy.
+fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, &Stack)> {
     let mut out = Vec::with_capacity(2);
     for s in stacks {
         let st = classify(&s.frames);
         let in_loop = s.frames.iter().any(|f| f.0.as_ref() == "_worker_loop");
         if in_loop || st == Stage::Send {
-            out.push(st);
+            out.push((st, s));
         }
     }
     out
+}
+
+/// Adds `dt` to the folded stack of `s`, rooted at its stage and process.
+/// Idle time is left out: a flamegraph of where the time went, not of
+/// waiting for work.
+fn fold(folded: &mut Folded, stage: Stage, process: &str, s: &Stack, dt: u64) {
+    if stage == Stage::Idle {
+        return;
+    }
+    let mut line = format!("[{}];{process}", stage.title());
+    for (name, file) in &s.frames {
+        line.push(';');
+        // `;` separates frames in the folded format.
+        line.push_str(&format!("{name} ({})", short_file(file)).replace(';', ":"));
+    }
+    *folded.entry(line).or_default() += dt;
 }

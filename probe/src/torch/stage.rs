@@ -126,6 +126,19 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
 }
 
 impl Stage {
+    /// Its name as a flamegraph's root frame says it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Stage::Wait => "waiting for data",
+            Stage::GetItem => "get item",
+            Stage::Collate => "collate",
+            Stage::Send => "send",
+            Stage::Idle => "idle",
+            Stage::PinMemory => "pin memory",
+            Stage::Other => "training step",
+        }
+    }
+
     /// Whether the training loop waits for data in this stage: in `next()`,
     /// whether waiting for a worker or fetching the batch itself.
     pub fn stalls(self) -> bool {
