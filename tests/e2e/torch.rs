@@ -236,3 +236,59 @@ fn dataloader_python_transform_and_iterable_dataset() {
         seconds: 8.0,
     });
 }
+
+/// The CHECKSUM line of a workload that ran to its end.
+fn checksum_after_exit(mut w: Workload) -> String {
+    let status = w.child.wait().expect("wait for the workload");
+    assert!(status.success(), "the workload failed: {status}");
+    // Its stdout is read on a thread of ours: the last lines may lag.
+    let t0 = std::time::Instant::now();
+    while !w.snapshot_lines().iter().any(|l| l.starts_with("DONE"))
+        && t0.elapsed() < std::time::Duration::from_secs(5)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lines = w.snapshot_lines();
+    lines
+        .iter()
+        .find(|l| l.starts_with("CHECKSUM "))
+        .cloned()
+        .unwrap_or_else(|| panic!("no CHECKSUM line: {lines:?}"))
+}
+
+#[test]
+fn dataloader_results_are_unchanged_under_the_probe() {
+    // Reading the job changes nothing it computes: the same batches, bit
+    // for bit, with the probe attached as without it.
+    let args = [
+        "--seconds",
+        "600",
+        "--max-batches",
+        "150",
+        "--checksum",
+        "--num-workers",
+        "2",
+        "--batch-size",
+        "16",
+    ];
+    let plain = checksum_after_exit(Workload::start_in(
+        &[],
+        &torch_python(),
+        "torch_image.py",
+        &args,
+    ));
+    let w = Workload::start_in(&[], &torch_python(), "torch_image.py", &args);
+    let dir = tempdir("torch-checksum");
+    let out = record_out(&w, 4.0, &dir, &[]);
+    let cost = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("probe cost:"))
+        .map(str::to_string)
+        .expect("a probe cost line");
+    eprintln!("{cost}");
+    assert_eq!(
+        checksum_after_exit(w),
+        plain,
+        "the job's batches changed under the probe"
+    );
+}

@@ -355,7 +355,11 @@ mod tests {
 
     fn observed(num_workers: u32, pin_memory: bool) -> Observed {
         let mut o = Observed::default();
-        o.batches.see(0x10, 10);
+        o.batches.see(crate::torch::count::Count {
+            iter: 0x10,
+            yielded: 10,
+            sent: None,
+        });
         o.training.insert(Stage::GetItem, 700);
         o.training.insert(Stage::Collate, 100);
         o.workers

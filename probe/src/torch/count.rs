@@ -9,37 +9,107 @@
 
 use std::collections::HashMap;
 
+/// One read of an iterator's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count {
+    /// The iterator object.
+    pub iter: u64,
+    /// `_num_yielded`: batches yielded this epoch.
+    pub yielded: u64,
+    /// `_send_idx` of a map-style iterator with workers: batches sent to
+    /// them this epoch. None otherwise (an iterable dataset's workers are
+    /// sent requests that end in no batch).
+    pub sent: Option<u64>,
+}
+
+/// One iterator's epoch as last read.
+#[derive(Debug, Clone, Copy)]
+struct Epoch {
+    yielded: u64,
+    sent: Option<u64>,
+    /// The sampler ran out: `sent` stood still while `yielded` rose below
+    /// it. Every batch sent is yielded before such an epoch ends, so its
+    /// last count is `sent`, even when the loop took the last ones
+    /// between two reads.
+    drained: bool,
+    /// Another iterator took over: this epoch is over.
+    over: bool,
+}
+
+impl Epoch {
+    fn new(c: Count) -> Self {
+        Epoch {
+            yielded: c.yielded,
+            sent: c.sent,
+            drained: false,
+            over: false,
+        }
+    }
+
+    /// The epoch's count once it is over.
+    fn last(&self) -> u64 {
+        match self.sent {
+            Some(s) if self.drained => s.max(self.yielded),
+            _ => self.yielded,
+        }
+    }
+
+    fn update(&mut self, c: Count) {
+        if let (Some(s0), Some(s1)) = (self.sent, c.sent) {
+            if s1 != s0 {
+                self.drained = false;
+            } else if c.yielded > self.yielded && s1 > c.yielded {
+                self.drained = true;
+            }
+        }
+        self.yielded = c.yielded;
+        self.sent = c.sent;
+    }
+}
+
 /// One counter's total across epochs and iterators.
 #[derive(Debug, Clone, Default)]
 pub struct EpochTotal {
     /// Sum of the finished epochs' last values.
     done: u64,
-    /// Each iterator object's value at its last read: an old iterator
+    /// Each iterator object's epoch at its last read: an old iterator
     /// still alive beside the new one keeps its count, read or not.
-    last: HashMap<u64, u64>,
+    last: HashMap<u64, Epoch>,
     /// Epochs that ended while we watched.
     pub epochs: u64,
 }
 
 impl EpochTotal {
-    /// A read of `value` on the iterator at `addr`. A value below the last
-    /// one at the same address starts an epoch (an iterator reset, or a
-    /// new one where the old one was); a new address is a new iterator,
-    /// and the epoch of the one read before it ended.
-    pub fn see(&mut self, addr: u64, value: u64) {
-        match self.last.insert(addr, value) {
-            Some(v) if value < v => {
-                self.done += v;
+    /// A read of an iterator. A count below the last one at the same
+    /// address starts an epoch (an iterator reset, or a new one where the
+    /// old one was); a new address is a new iterator, and the epochs of the
+    /// others are over.
+    pub fn see(&mut self, c: Count) {
+        match self.last.get_mut(&c.iter) {
+            Some(e) if c.yielded < e.yielded => {
+                self.done += e.last();
                 self.epochs += 1;
+                *e = Epoch::new(c);
             }
-            Some(_) => {}
-            None => self.epochs += u64::from(self.last.len() > 1),
+            Some(e) => e.update(c),
+            None => {
+                for e in self.last.values_mut() {
+                    e.over = true;
+                }
+                self.epochs += u64::from(!self.last.is_empty());
+                self.last.insert(c.iter, Epoch::new(c));
+            }
         }
     }
 
     /// Everything counted so far, from the first read on.
     pub fn total(&self) -> u64 {
-        self.done + self.last.values().sum::<u64>()
+        self.done
+            + self
+                .last
+                .values()
+                .map(|e| if e.over { e.last() } else { e.yielded })
+                .sum::<u64>()
     }
 }
 
@@ -47,26 +117,65 @@ impl EpochTotal {
 mod tests {
     use super::*;
 
+    fn c(iter: u64, yielded: u64) -> Count {
+        Count {
+            iter,
+            yielded,
+            sent: None,
+        }
+    }
+
     #[test]
     fn sums_epochs_of_new_and_reset_iterators() {
         let mut t = EpochTotal::default();
         assert_eq!(t.total(), 0);
-        t.see(0x10, 3);
-        t.see(0x10, 7);
+        t.see(c(0x10, 3));
+        t.see(c(0x10, 7));
         assert_eq!(t.total(), 7);
         // A new iterator: the old one's 7 are kept.
-        t.see(0x20, 2);
+        t.see(c(0x20, 2));
         assert_eq!((t.total(), t.epochs), (9, 1));
         // The same iterator reset (persistent workers).
-        t.see(0x20, 5);
-        t.see(0x20, 1);
+        t.see(c(0x20, 5));
+        t.see(c(0x20, 1));
         assert_eq!((t.total(), t.epochs), (13, 2));
         // The old one read again (both alive for a while): nothing twice.
-        t.see(0x10, 7);
-        t.see(0x20, 2);
+        t.see(c(0x10, 7));
+        t.see(c(0x20, 2));
         assert_eq!((t.total(), t.epochs), (14, 2));
         // A new iterator where a freed one was.
-        t.see(0x10, 0);
+        t.see(c(0x10, 0));
         assert_eq!((t.total(), t.epochs), (14, 3));
+    }
+
+    fn s(iter: u64, yielded: u64, sent: u64) -> Count {
+        Count {
+            iter,
+            yielded,
+            sent: Some(sent),
+        }
+    }
+
+    #[test]
+    fn a_drained_epoch_ends_at_what_was_sent() {
+        let mut t = EpochTotal::default();
+        // 16 batches an epoch, 4 in flight: sent reaches 16 at yield 12.
+        t.see(s(0x10, 11, 15));
+        t.see(s(0x10, 12, 16));
+        t.see(s(0x10, 14, 16));
+        // Still running: the count is what was yielded.
+        assert_eq!(t.total(), 14);
+        // Reset (persistent workers) before the last two were read.
+        t.see(s(0x10, 1, 5));
+        assert_eq!((t.total(), t.epochs), (17, 1));
+        // A loop that breaks out while still sending keeps what it took.
+        t.see(s(0x10, 6, 10));
+        t.see(s(0x20, 0, 4));
+        assert_eq!((t.total(), t.epochs), (16 + 6, 2));
+        // A new iterator after a drained epoch elsewhere.
+        t.see(s(0x20, 13, 16));
+        t.see(s(0x20, 14, 16));
+        t.see(s(0x30, 2, 6));
+        assert_eq!(t.total(), 16 + 6 + 16 + 2);
     }
 }

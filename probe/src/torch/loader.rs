@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tracing::debug;
 
+use super::count::Count;
 use super::sampler::{LoaderReader, LoaderState};
 use crate::python::{Objects, PyProcess, PyValue};
 
@@ -31,14 +32,20 @@ pub struct IterReader {
     iter: u64,
     iter_type: u64,
     looked: Instant,
-    /// Where the iterator keeps its `_num_yielded`, and the int type: the
-    /// count is then one read of the slot and one of the int, every tick.
-    yielded_slot: Option<u64>,
-    int_type: Option<u64>,
+    /// Where the iterator keeps `_num_yielded` and, when it counts batches
+    /// sent (map-style, with workers), `_send_idx`, and the int type: each
+    /// count is then one read of its slot and one of the int, every tick.
+    slots: Option<Slots>,
     /// The count at the last look.
     looked_at: Option<i128>,
-    /// The iterator as it was when the slot was found.
-    ident: Option<Ident>,
+}
+
+/// The cached slots, valid while the iterator is `ident`.
+struct Slots {
+    ident: Ident,
+    int_type: u64,
+    yielded: u64,
+    sent: Option<u64>,
 }
 
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
@@ -52,10 +59,8 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         iter,
         iter_type,
         looked: Instant::now(),
-        yielded_slot: None,
-        int_type: None,
+        slots: None,
         looked_at: None,
-        ident: None,
     }))
 }
 
@@ -131,39 +136,69 @@ impl IterReader {
         Ident::read(&self.objs, self.iter, self.iter_type, None).is_some()
     }
 
-    /// `_num_yielded` through the cached slot: one read of the iterator's
-    /// header, one of the slot, one of the int. None when the iterator is
-    /// no longer alive there (untracked by the GC, another type) or keeps
-    /// its attributes elsewhere now (its storage words changed: a new
-    /// iterator where the old one was, or a materialised dict): the slow
-    /// path then looks the name up again.
-    fn yielded_fast(&self) -> Option<i128> {
-        let (slot, int_type, ident) = (self.yielded_slot?, self.int_type?, self.ident.as_ref()?);
-        let now = Ident::read(&self.objs, self.iter, self.iter_type, ident.dict_word)?;
-        if now != *ident {
+    /// The counts through the cached slots: one read of the iterator's
+    /// header, then one of each slot and one of each int. None when the
+    /// iterator is no longer alive there (untracked by the GC, another
+    /// type) or keeps its attributes elsewhere now (its storage words
+    /// changed: a new iterator where the old one was, or a materialised
+    /// dict): the slow path then looks the names up again.
+    fn counts_fast(&self) -> Option<(u64, Option<u64>)> {
+        let sl = self.slots.as_ref()?;
+        let now = Ident::read(&self.objs, self.iter, self.iter_type, sl.ident.dict_word)?;
+        if now != sl.ident {
             return None;
         }
-        let at = self.objs.word(slot).ok()?;
-        self.objs.long_of_type(at, int_type).ok()
+        let int = |slot: u64| {
+            let at = self.objs.word(slot).ok()?;
+            let v = self.objs.long_of_type(at, sl.int_type).ok()?;
+            u64::try_from(v).ok()
+        };
+        let sent = match sl.sent {
+            Some(slot) => Some(int(slot)?),
+            None => None,
+        };
+        Some((int(sl.yielded)?, sent))
     }
 
-    /// Looks `_num_yielded` up by name and caches where it is.
-    fn yielded_slow(&mut self) -> Option<i128> {
+    /// Looks the counts up by name and caches where they are. `_send_idx`
+    /// only of a map-style iterator with workers (`_dataset_kind` 0): an
+    /// iterable dataset's workers are sent requests that end in no batch.
+    fn counts_slow(&mut self) -> Option<(u64, Option<u64>)> {
+        self.slots = None;
         let dict_word = self
             .objs
             .type_of(self.iter)
             .ok()
             .and_then(|t| u64::try_from(t.dictoffset).ok())
             .filter(|&d| d > 0 && d <= 24);
-        self.ident = Ident::read(&self.objs, self.iter, self.iter_type, dict_word);
-        self.yielded_slot = self
-            .objs
-            .attr_slot(self.iter, "_num_yielded")
-            .ok()
-            .flatten();
-        let at = self.objs.word(self.yielded_slot?).ok()?;
-        self.int_type = self.objs.type_of(at).ok().map(|t| t.addr);
-        self.objs.long(at).ok()
+        let ident = Ident::read(&self.objs, self.iter, self.iter_type, dict_word)?;
+        let slot = |name: &str| self.objs.attr_slot(self.iter, name).ok().flatten();
+        let yielded = slot("_num_yielded")?;
+        let at = self.objs.word(yielded).ok()?;
+        let int_type = self.objs.type_of(at).ok()?.addr;
+        let map_style = self.int("_dataset_kind") == Some(0);
+        let sent = slot("_send_idx").filter(|_| map_style);
+        self.slots = Some(Slots {
+            ident,
+            int_type,
+            yielded,
+            sent,
+        });
+        let n = u64::try_from(self.objs.long(at).ok()?).ok()?;
+        let sent = match sent {
+            Some(s) => {
+                let v = self.objs.long(self.objs.word(s).ok()?).ok()?;
+                Some(u64::try_from(v).ok()?)
+            }
+            None => None,
+        };
+        Some((n, sent))
+    }
+
+    /// The batch count now, for telling a counting iterator from a stale
+    /// one.
+    fn counted(&self) -> Option<i128> {
+        self.counts_fast().map(|(n, _)| i128::from(n))
     }
 
     fn worker_pids(&self) -> Vec<i32> {
@@ -180,9 +215,13 @@ impl IterReader {
 }
 
 impl LoaderReader for IterReader {
-    fn yielded(&mut self) -> Option<(u64, u64)> {
-        let n = self.yielded_fast()?;
-        Some((self.iter, u64::try_from(n).ok()?))
+    fn yielded(&mut self) -> Option<Count> {
+        let (yielded, sent) = self.counts_fast()?;
+        Some(Count {
+            iter: self.iter,
+            yielded,
+            sent,
+        })
     }
 
     fn state(&mut self) -> Option<LoaderState> {
@@ -192,24 +231,26 @@ impl LoaderReader for IterReader {
         if !self.still_there() || self.looked.elapsed() >= LOOK_EVERY {
             // The one known is kept while it counts; one that stopped
             // counting over a whole look may be an old epoch's, kept alive.
-            let counting = self.yielded_fast() != self.looked_at;
+            let counting = self.counted() != self.looked_at;
             self.looked = Instant::now();
             let keep = (self.still_there() && counting).then_some(self.iter);
             if let Some((iter, ty)) = locate(&self.objs, keep) {
                 self.iter = iter;
                 self.iter_type = ty;
             }
-            self.looked_at = self.yielded_fast();
+            self.looked_at = self.counted();
         }
         if !self.still_there() {
             debug!(iter = self.iter, "the DataLoader iterator is gone");
             return None;
         }
-        let Some(n) = self.yielded_slow() else {
-            debug!(iter = self.iter, slot = ?self.yielded_slot, "the DataLoader iterator's count is unreadable");
+        let Some((num_yielded, sent)) = self.counts_slow() else {
+            debug!(
+                iter = self.iter,
+                "the DataLoader iterator's count is unreadable"
+            );
             return None;
         };
-        let num_yielded = u64::try_from(n).ok()?;
         let iter = self.iter;
         let num_workers = self
             .int("_num_workers")
@@ -218,6 +259,7 @@ impl LoaderReader for IterReader {
         Some(LoaderState {
             iter,
             num_yielded,
+            sent,
             num_workers,
             prefetch_factor: self
                 .int("_prefetch_factor")

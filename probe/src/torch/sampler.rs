@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use super::count::EpochTotal;
+use super::count::{Count, EpochTotal};
 use super::frames::{Frames, Stack};
 use super::stage::{classify, Stage};
 use crate::cost::Thin;
@@ -28,6 +28,8 @@ pub struct LoaderState {
     /// workers).
     pub iter: u64,
     pub num_yielded: u64,
+    /// `_send_idx` of a map-style iterator with workers.
+    pub sent: Option<u64>,
     pub num_workers: u32,
     pub prefetch_factor: Option<u32>,
     pub pin_memory: bool,
@@ -41,8 +43,8 @@ pub struct LoaderState {
 
 /// Reads the loader's iterator in the training process.
 pub trait LoaderReader: Send {
-    /// The iterator object and its batch count now (every tick).
-    fn yielded(&mut self) -> Option<(u64, u64)>;
+    /// The iterator object and its counts now (every tick).
+    fn yielded(&mut self) -> Option<Count>;
     /// Everything (about once a second).
     fn state(&mut self) -> Option<LoaderState>;
 }
@@ -192,7 +194,11 @@ impl Run {
                 self.follow_workers(&s.worker_pids);
             }
             let yielded = match &state {
-                Some(s) => Some((s.iter, s.num_yielded)),
+                Some(s) => Some(Count {
+                    iter: s.iter,
+                    yielded: s.num_yielded,
+                    sent: s.sent,
+                }),
                 None => self.reader.yielded(),
             };
             lost = yielded.is_none();
@@ -225,7 +231,7 @@ impl Run {
         }
     }
 
-    fn tick(&mut self, dt: u64, yielded: Option<(u64, u64)>, state: Option<LoaderState>) {
+    fn tick(&mut self, dt: u64, yielded: Option<Count>, state: Option<LoaderState>) {
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
         if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
@@ -272,9 +278,9 @@ impl Run {
                 *w.entry(s).or_default() += dt;
             }
         }
-        if let Some((iter, n)) = yielded {
-            tracing::trace!(iter, n, "batch count read");
-            o.batches.see(iter, n);
+        if let Some(c) = yielded {
+            tracing::trace!(c.iter, c.yielded, c.sent, "batch count read");
+            o.batches.see(c);
         }
         if state.is_some() {
             o.state = state;
