@@ -50,6 +50,7 @@ mod render_text;
 mod report;
 mod size;
 pub mod synth;
+mod workers;
 
 pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
