@@ -26,6 +26,7 @@
 mod amdahl;
 mod analysis;
 mod cache;
+mod dl_advice;
 mod elsewhere;
 mod error;
 mod escape;

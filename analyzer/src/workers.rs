@@ -93,6 +93,17 @@ pub(crate) fn merge(c: LpItem, g: LpItem) -> LpItem {
     }
 }
 
+/// Whether the chain has started workers: a WorkerQueueDataset is written
+/// only with `num_workers > 0` (parallelism 1 stands for both 0 and 1).
+pub(crate) fn started(nodes: &[NodeModel]) -> bool {
+    nodes.iter().any(|n| n.op == ops::DL_QUEUE)
+}
+
+/// The pipeline is a DataLoader chain.
+pub(crate) fn is_chain(nodes: &[NodeModel]) -> bool {
+    nodes.iter().any(|n| ops::is_dataloader(&n.op))
+}
+
 /// The core budget of a DataLoader recording. It has no per-thread CPU
 /// (no BPF: no `probe_cpu`), only the job's CPU over the window: the
 /// training process, its reaped children and its live workers. What the
