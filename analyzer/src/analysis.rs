@@ -96,6 +96,9 @@ fn bottleneck(m: &Model, base: &Evaluation) -> Option<Bottleneck> {
     };
     match base.limiter {
         Limiter::Op(u) => {
+            if let Some((v, why)) = crate::dl_advice::pool_bottleneck(m, base, u) {
+                return Some(make(v, Limit::Cpu, "op", why));
+            }
             let n = &m.nodes[u];
             let p = base.p_eff[u];
             let why = match n.limit {

@@ -26,6 +26,7 @@
 mod amdahl;
 mod analysis;
 mod cache;
+mod dl_advice;
 mod elsewhere;
 mod error;
 mod escape;
@@ -50,6 +51,7 @@ mod render_text;
 mod report;
 mod size;
 pub mod synth;
+mod workers;
 
 pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;

@@ -279,8 +279,11 @@ fn core_budget(input: &PipelineInput, cores: f64, overridden: bool) -> CoreBudge
     }
     let t = input.elapsed_ns as f64 / 1e9;
     let c = &input.cpu;
-    if t.is_nan() || t <= 0.0 || !c.measured {
+    if t.is_nan() || t <= 0.0 {
         return b;
+    }
+    if !c.measured {
+        return crate::workers::loop_budget(input, b, t);
     }
     b.measured = true;
     b.quota = (c.quota_cores > 0.0 && c.quota_cores < cores).then_some(c.quota_cores);

@@ -18,6 +18,7 @@ use crate::input::{OpInput, PipelineInput};
 use crate::lp::{self, Binding, LpItem, LpSolution};
 pub(crate) use crate::machine::Machine;
 use crate::ops;
+use crate::workers::{self, Pool};
 
 /// Which per-op time the rates are computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +164,8 @@ pub(crate) struct Model {
     /// Ops with stats but no bound (zero time).
     pub unbounded: Vec<usize>,
     pub notes: Vec<String>,
+    /// A DataLoader's worker pool: its two ops are one parallel stage.
+    pub pool: Option<Pool>,
 }
 
 fn opt_min(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -403,6 +406,7 @@ impl Model {
         let mut nodes: Vec<NodeModel> = g.nodes.iter().map(NodeModel::new).collect();
         attach_stats(&mut nodes, g, &mut ops, &mut notes);
         propagate_top_down(&mut nodes, g, &mut notes);
+        let pool = workers::find(&mut nodes, g);
 
         // Per-op rates.
         for &u in &g.order {
@@ -419,6 +423,7 @@ impl Model {
             ranking: Vec::new(),
             unbounded: Vec::new(),
             notes,
+            pool,
         };
         model.set_max_rates();
         model.rank_ops();
@@ -572,9 +577,10 @@ impl Model {
         let mut p_eff = vec![1.0; self.nodes.len()];
         let mut outer = vec![1.0; self.nodes.len()];
         for &u in &g.order {
+            let key = self.pool.map_or(u, |p| p.knob_key(u));
             let inst = sc
                 .knobs
-                .get(&u)
+                .get(&key)
                 .copied()
                 .unwrap_or(self.nodes[u].p_instance);
             p_eff[u] = inst * outer[u];
@@ -610,7 +616,8 @@ impl Model {
     /// Ops the LP and the evaluation work on: in the model, not stale, not
     /// cached away, with a finite per-core rate.
     fn active(&self, removed: &[bool]) -> Vec<usize> {
-        self.graph()
+        let mut active = self
+            .graph()
             .order
             .iter()
             .copied()
@@ -618,7 +625,9 @@ impl Model {
                 let n = &self.nodes[u];
                 n.in_model && !n.stale && !removed[u] && n.r1.is_some()
             })
-            .collect()
+            .collect();
+        workers::fold_active(self.pool, &mut active);
+        active
     }
 
     /// The most threads the LP may give an op: the core count for ops that
@@ -642,17 +651,31 @@ impl Model {
 
     /// The LP items of the `active` ops under a scenario, each op's cores
     /// capped by `cap(op)`.
+    /// A DataLoader's worker pool is one item, on its Collate node.
     fn lp_items(&self, sc: &Scenario, active: &[usize], cap: impl Fn(usize) -> f64) -> Vec<LpItem> {
+        let item = |u: usize| LpItem {
+            rate_per_core: self.r_eff(u, sc),
+            // Per CPU-second: what the op's threads do while on a core.
+            cpu_rate: self.nodes[u].r1.unwrap_or(0.0),
+            serial_share: self.sigma(u, sc),
+            cap: cap(u),
+        };
         active
             .iter()
-            .map(|&u| LpItem {
-                rate_per_core: self.r_eff(u, sc),
-                // Per CPU-second: what the op's threads do while on a core.
-                cpu_rate: self.nodes[u].r1.unwrap_or(0.0),
-                serial_share: self.sigma(u, sc),
-                cap: cap(u),
+            .map(|&u| match self.pool {
+                Some(p) if u == p.collate && self.folds_get_item(p, active) => {
+                    workers::merge(item(u), item(p.get_item))
+                }
+                _ => item(u),
             })
             .collect()
+    }
+
+    /// GetItem's work is in Collate's item: it was left out of `active` for
+    /// it and has a rate (it sits below Collate, so no cache removes only it).
+    fn folds_get_item(&self, p: Pool, active: &[usize]) -> bool {
+        let g = &self.nodes[p.get_item];
+        !active.contains(&p.get_item) && g.in_model && !g.stale && g.r1.is_some()
     }
 
     /// The LP optimum under a scenario: (solution, node of each item).

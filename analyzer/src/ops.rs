@@ -29,7 +29,7 @@ pub(crate) fn is_parallel(op: &str) -> bool {
             | "ExperimentalMapAndBatchDataset"
             | "ParallelBatchDataset"
             | "ParallelFilterDataset"
-    )
+    ) || is_dl_workers(op)
 }
 
 /// Sequential ops the user can make parallel (`num_parallel_calls`).
@@ -126,9 +126,30 @@ pub(crate) fn can_cache_after(op: &str) -> bool {
     !is_wrapper(op) && !is_prefetch(op) && !is_cache(op)
 }
 
+/// The ops of a PyTorch DataLoader chain (docs/stats-format.md, "PyTorch
+/// DataLoader"): not TensorFlow's, and advice on them speaks DataLoader.
+pub(crate) fn is_dataloader(op: &str) -> bool {
+    is_dl_workers(op) || matches!(op, DL_QUEUE | "PinMemoryDataset" | "SamplerDataset")
+}
+
+pub(crate) const DL_COLLATE: &str = "CollateDataset";
+pub(crate) const DL_GET_ITEM: &str = "GetItemDataset";
+/// The batches in flight between the workers and the loop: the
+/// DataLoader's prefetch, `prefetch_factor × num_workers` batches.
+pub(crate) const DL_QUEUE: &str = "WorkerQueueDataset";
+
+/// The DataLoader stages its worker processes run, one after the other in
+/// each worker: one knob, `num_workers`, scales both (see
+/// [`crate::workers`]).
+pub(crate) fn is_dl_workers(op: &str) -> bool {
+    op == DL_COLLATE || op == DL_GET_ITEM
+}
+
 /// The user-facing name of the parallelism knob of an op.
 pub(crate) fn knob_hint(op: &str) -> &'static str {
-    if is_interleave(op) {
+    if is_dl_workers(op) {
+        "num_workers"
+    } else if is_interleave(op) {
         "num_parallel_calls and cycle_length"
     } else {
         "num_parallel_calls"
@@ -151,5 +172,9 @@ mod tests {
         assert!(is_disk("TFRecordDataset"));
         assert!(is_dataset_op("_Retval"));
         assert!(!is_dataset_op("Const"));
+        assert!(is_parallel("GetItemDataset") && is_parallel("CollateDataset"));
+        assert_eq!(knob_hint("CollateDataset"), "num_workers");
+        assert!(is_dataloader("WorkerQueueDataset") && is_dataloader("SamplerDataset"));
+        assert!(!is_dataloader("PrefetchDataset") && !is_dl_workers("PinMemoryDataset"));
     }
 }

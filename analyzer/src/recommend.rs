@@ -11,10 +11,12 @@
 //! Each step's predicted rate is the model's rate with that change and the
 //! earlier ones applied. Changes that only help together are reported with
 //! the rate they reach together. Then the prefetch buffer (Little's law) and
-//! the cache, if it raises the rate.
+//! the cache, if it raises the rate. A PyTorch DataLoader chain gets the
+//! same model in the DataLoader's words ([`crate::dl_advice`]) and no cache.
 
 use crate::amdahl;
 use crate::cache::CacheAnalysis;
+use crate::dl_advice;
 use crate::elsewhere;
 use crate::fmt;
 use crate::guard::positive;
@@ -22,6 +24,7 @@ use crate::model::{Evaluation, Limit, Limiter, Model, Scenario};
 use crate::ops;
 use crate::prefetch::PrefetchAnalysis;
 use crate::report::{Elsewhere, Recommendation};
+use crate::workers;
 
 const MAX_STEPS: usize = 24;
 const MAX_STREAMS: f64 = 1024.0;
@@ -121,7 +124,12 @@ pub(crate) fn recommend(
     prefetch: &PrefetchAnalysis,
     observed: f64,
 ) -> Outcome {
-    let elsewhere = elsewhere::diagnose(m, base, observed);
+    let dataloader = workers::is_chain(&m.nodes);
+    let elsewhere = if dataloader {
+        dl_advice::elsewhere(m, base, observed)
+    } else {
+        elsewhere::diagnose(m, base, observed)
+    };
     let (recommendations, sc, ev) = if elsewhere.is_some() {
         (Vec::new(), Scenario::default(), base.clone())
     } else {
@@ -144,6 +152,9 @@ pub(crate) fn recommend(
             fmt::rate(last_rate),
             fmt::count(m.machine.cores)
         )),
+        Limiter::Op(u) if m.nodes[u].knob.is_none() && ops::is_dataloader(&m.nodes[u].op) => {
+            out.notes.push(dl_advice::one_thread_note(m, u, last_rate))
+        }
         Limiter::Op(u) if m.nodes[u].knob.is_none() => out.notes.push(format!(
             "{} ({}) runs on one thread and bounds the pipeline at {}: it cannot be given more threads; make it cheaper or cache below it",
             m.nodes[u].name,
@@ -151,6 +162,22 @@ pub(crate) fn recommend(
             fmt::rate(last_rate)
         )),
         _ => {}
+    }
+    if dataloader {
+        if let Some(p) = m.pool {
+            out.notes.push(format!(
+                "{} and {} run one after the other in the same worker processes: the LP and the predictions take them as one stage, under {} (num_workers)",
+                m.nodes[p.get_item].name, m.nodes[p.collate].name, m.nodes[p.collate].name
+            ));
+        }
+        // No cache: a DataLoader has no .cache() to add.
+        if out.elsewhere.is_some() {
+            return out;
+        }
+        if let Some(r) = dl_advice::prefetch(m, prefetch, &out.recommendations, last_rate) {
+            out.recommendations.push(r);
+        }
+        return out;
     }
     recommend_prefetch(m, prefetch, last_rate, &mut out);
     if out.elsewhere.is_none() {
@@ -393,6 +420,19 @@ fn parallelism_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Opti
     } else {
         format!("{} cores", fmt::num(theta))
     };
+    if ops::is_dl_workers(&m.nodes[k].op) {
+        let why = dl_advice::workers_why(m, ev, v, cur, sol.rate, &given);
+        return Some((
+            Move::Parallelism { knob: k, value: v },
+            Step {
+                kind: "workers",
+                node: m.nodes[k].name.clone(),
+                value: f64::from(v),
+                unit: "workers",
+                why,
+            },
+        ));
+    }
     let r1 = n.r1.unwrap_or(0.0);
     let inside = if k != u {
         format!(" (it runs inside {}'s function)", m.nodes[k].name)

@@ -18,8 +18,13 @@ pub fn render_text(r: &Report) -> String {
     what_to_change(&mut s, r);
     lp_lines(&mut s, r);
     utilisation_line(&mut s, r);
-    cache_lines(&mut s, r);
-    prefetch_line(&mut s, r);
+    if is_dataloader(r) {
+        // A DataLoader has no cache to add, and its prefetch is its queue.
+        dataloader_prefetch_line(&mut s, r);
+    } else {
+        cache_lines(&mut s, r);
+        prefetch_line(&mut s, r);
+    }
     notes(&mut s, r);
     s
 }
@@ -307,6 +312,26 @@ fn prefetch_line(s: &mut String, r: &Report) {
     );
 }
 
+/// The report is of a PyTorch DataLoader chain.
+fn is_dataloader(r: &Report) -> bool {
+    r.nodes
+        .iter()
+        .any(|n| crate::ops::is_dataloader(&n.measured.op))
+}
+
+/// Batches in flight needed (Little's law): what the workers and their
+/// queue (`prefetch_factor × num_workers`) must hold.
+fn dataloader_prefetch_line(s: &mut String, r: &Report) {
+    let p = &r.prefetch;
+    let _ = writeln!(
+        s,
+        "PREFETCH    {} batches in flight needed at {} (Σ 1/R1 = {} s); the DataLoader holds up to prefetch_factor × num_workers",
+        fmt::num(p.in_flight_needed),
+        fmt::rate(Some(p.rate)),
+        fmt::num(p.min_latency_s),
+    );
+}
+
 /// The analysis notes, then what the recording did not measure.
 fn notes(s: &mut String, r: &Report) {
     if !r.notes.is_empty() {
@@ -353,6 +378,8 @@ pub(crate) fn reason_word(reason: &str, bound: &str) -> String {
 pub(crate) fn value_text(rec: &Recommendation) -> String {
     match rec.unit.as_str() {
         "threads" => format!("→ {} threads", fmt::count(rec.value)),
+        "workers" => format!("→ num_workers={}", fmt::count(rec.value)),
+        "prefetch_factor" => format!("→ prefetch_factor={}", fmt::count(rec.value)),
         "parallel reads" => format!("→ {} parallel reads", fmt::count(rec.value)),
         "bytes/s" => format!("needs {}/s", fmt::bytes(rec.value)),
         "serial share" => format!("(σ = {})", fmt::num(rec.value)),

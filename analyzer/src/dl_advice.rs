@@ -1,0 +1,215 @@
+//! What a PyTorch user changes, for the ops of a DataLoader chain: the
+//! DataLoader's arguments (`num_workers`, `prefetch_factor`,
+//! `pin_memory`), never tf.data's (`num_parallel_calls`, `.prefetch()`,
+//! `.cache()`: a DataLoader has no cache to add). The rates are the
+//! model's, as for tf.data; see [`crate::workers`] for how the workers are
+//! modelled.
+
+use crate::elsewhere::SHORTFALL;
+use crate::fmt;
+use crate::model::{Evaluation, Model};
+use crate::ops;
+use crate::prefetch::PrefetchAnalysis;
+use crate::report::{Elsewhere, Recommendation};
+use crate::workers::{self, Pool};
+
+/// torch's `prefetch_factor` when workers are started and it is not given.
+const DEFAULT_PREFETCH_FACTOR: u32 = 2;
+
+/// The workers the loader runs now: the knob, or 0 where it started none
+/// (parallelism 1 then stands for the training loop doing the work).
+pub(crate) fn workers_now(m: &Model, cur: f64) -> u32 {
+    if workers::started(&m.nodes) {
+        cur.round().max(1.0) as u32
+    } else {
+        0
+    }
+}
+
+/// One worker's rate on both stages, root elements (batches) per second.
+fn per_worker(m: &Model, p: Pool) -> Option<f64> {
+    let t: f64 = [p.collate, p.get_item]
+        .iter()
+        .filter_map(|&u| m.nodes[u].r1)
+        .map(|r| 1.0 / r)
+        .sum();
+    (t > 0.0 && t.is_finite()).then(|| 1.0 / t)
+}
+
+/// Why the DataLoader needs `v` workers: the text of a `workers`
+/// recommendation.
+pub(crate) fn workers_why(
+    m: &Model,
+    ev: &Evaluation,
+    v: u32,
+    cur: f64,
+    lp_rate: f64,
+    given: &str,
+) -> String {
+    let now = workers_now(m, cur);
+    let (who, each) = if now == 0 {
+        (
+            "no workers: the training loop gets the items and collates them itself, between steps"
+                .to_string(),
+            "on its one thread",
+        )
+    } else {
+        (
+            format!("{now} worker(s) get the items and collate them, one after the other"),
+            "per worker",
+        )
+    };
+    let one = m.pool.and_then(|p| per_worker(m, p));
+    let step = if now == 0 {
+        m.pool
+            .and_then(|p| loop_step(m, p))
+            .map_or(String::new(), |s| {
+                format!(
+                    "; the loop's own step, about {} s per batch besides, then bounds it at {}",
+                    fmt::num(s),
+                    fmt::rate(Some(1.0 / s))
+                )
+            })
+    } else {
+        String::new()
+    };
+    format!(
+        "loading bounds the DataLoader at {}: {who}, {} {each}; the LP over {} cores reaches {} giving them {given} ⇒ set num_workers={v} in the DataLoader (now {now}){step}",
+        fmt::rate(rate_opt(ev.rate)),
+        fmt::rate(one),
+        fmt::count(m.machine.cores),
+        fmt::rate(rate_opt(lp_rate)),
+    )
+}
+
+/// Without workers: the training loop's time per batch outside the
+/// loader's stages (its step), seconds; None when the stages fill the
+/// window. The stages' times are wall times of the loop's one thread.
+fn loop_step(m: &Model, p: Pool) -> Option<f64> {
+    let batches = m.nodes[p.collate].minibatches;
+    let stages = m.nodes[p.collate].wall_s + m.nodes[p.get_item].wall_s;
+    let s = (m.elapsed_s - stages) / batches;
+    (s.is_finite() && s > 0.0).then_some(s)
+}
+
+/// The note for a DataLoader op on one thread that bounds the loader.
+pub(crate) fn one_thread_note(m: &Model, u: usize, rate: Option<f64>) -> String {
+    let n = &m.nodes[u];
+    let fix = if n.op == "PinMemoryDataset" {
+        "copy less per batch, or pass pin_memory=False if the copy to the device does not need pinned memory"
+    } else {
+        "make it cheaper"
+    };
+    format!(
+        "{} ({}) runs on one thread of the DataLoader and bounds it at {}: num_workers does not scale it; {fix}",
+        n.name,
+        n.op,
+        fmt::rate(rate)
+    )
+}
+
+/// `prefetch_factor` from Little's law: the batches that must be in flight
+/// at the predicted rate, over the workers (those recommended last, or
+/// those now). Only where that is more than torch's default: the
+/// recording does not say what the loader was given.
+pub(crate) fn prefetch(
+    m: &Model,
+    p: &PrefetchAnalysis,
+    recs: &[Recommendation],
+    last_rate: Option<f64>,
+) -> Option<Recommendation> {
+    if !workers::started(&m.nodes) {
+        return None;
+    }
+    let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
+    let w = recs
+        .iter()
+        .rev()
+        .find(|r| r.unit == "workers")
+        .map(|r| r.value)
+        .or_else(|| m.pool.map(|p| m.nodes[p.collate].p_instance))?
+        .max(1.0);
+    let rate = last_rate.unwrap_or(p.rate);
+    let need = p.min_latency_s * rate;
+    let k = (need / w).ceil();
+    if !k.is_finite() || k <= f64::from(DEFAULT_PREFETCH_FACTOR) {
+        return None;
+    }
+    Some(Recommendation {
+        kind: "prefetch".into(),
+        node: queue.name.clone(),
+        value: k,
+        unit: "prefetch_factor".into(),
+        predicted_rate: last_rate,
+        assumes: m.machine.assumption_at(last_rate),
+        why: format!(
+            "Little's law: {} × {} s of work per batch = {} batches must be in flight; the workers queue prefetch_factor × num_workers ⇒ raise prefetch_factor to {} (with num_workers={})",
+            fmt::rate(Some(rate)),
+            fmt::num(p.min_latency_s),
+            fmt::num(need),
+            fmt::count(k),
+            fmt::count(w)
+        ),
+    })
+}
+
+fn rate_opt(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// The bottleneck where the workers' stage bounds the loader at `u` (its
+/// Collate node): the busier of its two ops, and why in the workers'
+/// terms. None for any other limiter.
+pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(usize, String)> {
+    let p = m.pool.filter(|p| p.collate == u)?;
+    let one = per_worker(m, p)?;
+    let slower = |a: usize, b: usize| match (m.nodes[a].r1, m.nodes[b].r1) {
+        (Some(x), Some(y)) if y < x => b,
+        (None, Some(_)) => b,
+        _ => a,
+    };
+    let node = slower(p.collate, p.get_item);
+    let now = workers_now(m, m.nodes[p.collate].p_instance);
+    let (who, on) = if now == 0 {
+        (
+            "the training loop gets",
+            "on its one thread (num_workers=0)".to_string(),
+        )
+    } else {
+        (
+            "the DataLoader's workers get",
+            format!("on {now} worker(s)"),
+        )
+    };
+    let why = format!(
+        "{who} the items and collate them one after the other: {} s per batch ({} on one) {on} ⇒ at most {}",
+        fmt::num(1.0 / one),
+        fmt::rate(Some(one)),
+        fmt::rate(rate_opt(ev.rate))
+    );
+    Some((node, why))
+}
+
+/// With workers started, a loader that delivers well below what its
+/// workers allow is not what sets the pace: the training loop takes
+/// batches no faster (its step, or the copy to the device). The workers'
+/// wall times say so without the process's CPU figures (a DataLoader
+/// recording has none): their busy share is the observed rate over the
+/// model's. Without workers the loop runs the stages itself, and workers
+/// overlap them with its step: the rule does not apply.
+pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<Elsewhere> {
+    let pred = base.rate;
+    let short = pred.is_finite() && pred > 0.0 && observed > 0.0 && observed < SHORTFALL * pred;
+    if !short || !workers::started(&m.nodes) {
+        return None;
+    }
+    Some(Elsewhere {
+        by: "consumer".into(),
+        why: format!(
+            "the DataLoader delivered {} while its workers allow {}: they were busy {} of the time, so the training loop takes batches no faster (its step, or the copy to the device) — more workers or a larger prefetch_factor would not raise the rate",
+            fmt::rate(Some(observed)),
+            fmt::rate(Some(pred)),
+            fmt::pct(observed / pred)
+        ),
+    })
+}

@@ -1,0 +1,170 @@
+//! A PyTorch DataLoader's worker pool in the model.
+//!
+//! With `num_workers = W` the loader runs W processes. Each takes a
+//! batch's indices, runs the dataset's `__getitem__` for every sample of
+//! it (GetItemDataset) and then the collate function (CollateDataset), one
+//! after the other, in the same process. Without workers the training loop
+//! does the same itself, on its one thread. So the two ops are not two
+//! thread pools: a worker busy getting items is not collating, and one
+//! knob, `num_workers`, sets the parallelism of both.
+//!
+//! At a rate of X batches/s the pool needs X·(1/r_g + 1/r_c) workers, r_g
+//! and r_c being one worker's rate (batches/s) on each stage. Two LP items
+//! of W threads each would instead predict min(W·r_g, W·r_c), as if every
+//! worker did both at once, and ask for the larger of the two thread counts
+//! only, up to half the workers needed. The simplest honest treatment is
+//! one parallel stage: the LP and the evaluation see one item, anchored on
+//! CollateDataset (the knob), whose per-thread time per batch is the sum
+//! of both stages', whose CPU per batch is the sum too, and whose serial
+//! share is the time-weighted mean of theirs (exact under Amdahl, both
+//! stages running at the same W). GetItemDataset keeps its own row in the
+//! ranking (its rate alone); its knob is CollateDataset's, so a
+//! recommendation gives one `num_workers`, the stage's, which is at least
+//! what either op would want alone.
+
+use crate::input::PipelineInput;
+use crate::lp::LpItem;
+use crate::machine::CoreBudget;
+use crate::model::NodeModel;
+use crate::ops;
+
+/// The two ops the workers run, by node index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pool {
+    pub collate: usize,
+    pub get_item: usize,
+}
+
+impl Pool {
+    /// The node whose knob value sets `u`'s parallelism: the pool's knob for
+    /// its two ops, `u` itself otherwise.
+    pub fn knob_key(self, u: usize) -> usize {
+        if u == self.get_item {
+            self.collate
+        } else {
+            u
+        }
+    }
+}
+
+/// The pool of a DataLoader chain: a CollateDataset whose input is a
+/// GetItemDataset. Points GetItem's knob at Collate.
+pub(crate) fn find(nodes: &mut [NodeModel], g: &crate::graph::PipelineGraph) -> Option<Pool> {
+    let collate = g
+        .order
+        .iter()
+        .copied()
+        .find(|&u| nodes[u].op == ops::DL_COLLATE)?;
+    let get_item = g.nodes[collate]
+        .inputs
+        .iter()
+        .copied()
+        .find(|&c| nodes[c].op == ops::DL_GET_ITEM)?;
+    nodes[collate].knob = Some(collate);
+    nodes[get_item].knob = Some(collate);
+    Some(Pool { collate, get_item })
+}
+
+/// Drops GetItem from the LP's ops when Collate is there too: its work is
+/// in Collate's item ([`merge`]).
+pub(crate) fn fold_active(pool: Option<Pool>, active: &mut Vec<usize>) {
+    if let Some(p) = pool {
+        if active.contains(&p.collate) {
+            active.retain(|&u| u != p.get_item);
+        }
+    }
+}
+
+/// One item for both stages: times per batch add up.
+pub(crate) fn merge(c: LpItem, g: LpItem) -> LpItem {
+    let inv = |r: f64| if r > 0.0 { 1.0 / r } else { 0.0 };
+    let (tc, tg) = (inv(c.rate_per_core), inv(g.rate_per_core));
+    let t = tc + tg;
+    let cpu = inv(c.cpu_rate) + inv(g.cpu_rate);
+    LpItem {
+        rate_per_core: inv(t),
+        cpu_rate: inv(cpu),
+        serial_share: if t > 0.0 {
+            (c.serial_share * tc + g.serial_share * tg) / t
+        } else {
+            0.0
+        },
+        cap: c.cap.max(g.cap),
+    }
+}
+
+/// Whether the chain has started workers: a WorkerQueueDataset is written
+/// only with `num_workers > 0` (parallelism 1 stands for both 0 and 1).
+pub(crate) fn started(nodes: &[NodeModel]) -> bool {
+    nodes.iter().any(|n| n.op == ops::DL_QUEUE)
+}
+
+/// The pipeline is a DataLoader chain.
+pub(crate) fn is_chain(nodes: &[NodeModel]) -> bool {
+    nodes.iter().any(|n| ops::is_dataloader(&n.op))
+}
+
+/// The core budget of a DataLoader recording. It has no per-thread CPU
+/// (no BPF: no `probe_cpu`), only the job's CPU over the window: the
+/// training process, its reaped children and its live workers. What the
+/// loader's stages did not take of it is the training loop's own work (its
+/// step), which grows with the rate as a consumer's does, so it is charged
+/// per batch beside the ops. The stages' times are wall times, at least
+/// their CPU: the charge is a lower bound, never more than the loop took.
+/// Without the job's CPU (0) or for a tf.data pipeline: `b` unchanged.
+pub(crate) fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
+    let dl = || {
+        input
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| ops::is_dataloader(&n.op))
+    };
+    if input.process_cpu_ns == 0 || dl().next().is_none() {
+        return b;
+    }
+    let stages: u64 = dl()
+        .filter_map(|n| input.ops.get(&n.name))
+        .map(|o| o.wall_ns.max(o.cpu_ns))
+        .fold(0, u64::saturating_add);
+    let top = input.graph.nodes.get(input.graph.top);
+    let batches = top
+        .and_then(|n| input.ops.get(&n.name))
+        .map_or(0, |o| o.elements);
+    if batches == 0 {
+        return b;
+    }
+    let outside = input.process_cpu_ns.saturating_sub(stages) as f64 / 1e9;
+    b.measured = true;
+    b.outside_pipeline = outside / t;
+    b.observed_rate = batches as f64 / t;
+    b.consumer_s_per_root = outside / batches as f64;
+    b.overhead_s_per_root = b.consumer_s_per_root;
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_stage_adds_times() {
+        let c = LpItem {
+            rate_per_core: 10.0,
+            cpu_rate: 10.0,
+            serial_share: 0.0,
+            cap: 4.0,
+        };
+        let g = LpItem {
+            rate_per_core: 10.0,
+            cpu_rate: 20.0,
+            serial_share: 0.2,
+            cap: 4.0,
+        };
+        let m = merge(c, g);
+        assert!((m.rate_per_core - 5.0).abs() < 1e-12);
+        assert!((m.cpu_rate - 1.0 / 0.15).abs() < 1e-9);
+        assert!((m.serial_share - 0.1).abs() < 1e-12);
+        assert_eq!(m.cap, 4.0);
+    }
+}

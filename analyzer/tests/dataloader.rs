@@ -1,0 +1,179 @@
+//! A PyTorch DataLoader recorded as its chain of ops (docs/stats-format.md,
+//! "PyTorch DataLoader"): the analysis speaks DataLoader. One
+//! `num_workers` for get-item and collate, which the workers run one after
+//! the other; no tf.data knobs; no cache.
+
+mod common;
+
+use plumber_analyzer::synth::{SynthOp, SynthPipeline};
+use plumber_analyzer::{analyze, render_text, MachineOverrides, Report};
+
+const BATCH: i64 = 32;
+
+/// A loader over a 60 s window: `batches` batches, the workers' (or the
+/// loop's) wall seconds in get-item and collate, `workers` workers (0: the
+/// loop does the work, and there is no worker queue).
+fn loader(
+    batches: i64,
+    get_item_s: f64,
+    collate_s: f64,
+    workers: i64,
+    cores: i64,
+) -> SynthPipeline {
+    let samples = batches * BATCH;
+    let par = workers.max(1);
+    let mut ops = vec![
+        SynthOp::new("Sampler", "SamplerDataset").elements(samples),
+        SynthOp::new("GetItem", "GetItemDataset")
+            .input("Sampler")
+            .elements(samples)
+            .wall(get_item_s)
+            .par(par),
+        SynthOp::new("Collate", "CollateDataset")
+            .input("GetItem")
+            .elements(batches)
+            .ratio(BATCH as f64)
+            .wall(collate_s)
+            .par(par),
+    ];
+    if workers > 0 {
+        ops.push(
+            SynthOp::new("WorkerQueue", "WorkerQueueDataset")
+                .input("Collate")
+                .elements(batches),
+        );
+    }
+    SynthPipeline {
+        ops,
+        cores,
+        elapsed_s: 60.0,
+        ..Default::default()
+    }
+}
+
+fn report(p: &SynthPipeline, ov: &MachineOverrides) -> Report {
+    analyze(&p.snapshot(), ov).expect("analyze").into_report()
+}
+
+fn workers_rec(r: &Report) -> Option<&plumber_analyzer::Recommendation> {
+    r.recommendations.iter().find(|x| x.unit == "workers")
+}
+
+/// Nothing a tf.data user would change is said to a PyTorch user.
+#[track_caller]
+fn speaks_dataloader(r: &Report) {
+    let text = render_text(r);
+    for tf in [
+        "num_parallel_calls",
+        ".prefetch(",
+        ".cache(",
+        "CACHE ",
+        "cycle_length",
+    ] {
+        assert!(!text.contains(tf), "{tf} in\n{text}");
+    }
+    for rec in &r.recommendations {
+        assert_ne!(rec.kind, "cache", "{rec:?}");
+    }
+}
+
+#[test]
+fn workers_bound_loader_gets_more_workers() {
+    // One worker busy 56 of 60 s: 600 batches at 0.0933 s each (get-item
+    // 50 s, collate 6 s), 10.7 batches/s per worker.
+    let r = report(&loader(600, 50.0, 6.0, 1, 4), &MachineOverrides::default());
+    speaks_dataloader(&r);
+    let rec = workers_rec(&r).expect("a num_workers recommendation");
+    // One stage: 4 cores / (t_get + t_collate) per batch, four workers
+    // (two pools of threads would have predicted 4 × 600/6 for collate and
+    // asked for the larger θ only).
+    assert_eq!(rec.kind, "workers");
+    assert_eq!(rec.value, 4.0);
+    let per_worker = 600.0 / 56.0;
+    let rate = rec.predicted_rate.expect("rate");
+    assert!((rate - 4.0 * per_worker).abs() < 1e-6, "{rate}");
+    assert!(
+        rate > r
+            .bottleneck
+            .as_ref()
+            .and_then(|b| b.rate)
+            .expect("rate now")
+    );
+    assert!(
+        rec.why
+            .contains("set num_workers=4 in the DataLoader (now 1)"),
+        "{}",
+        rec.why
+    );
+    // The bottleneck is the busier op, explained as the workers' stage.
+    let b = r.bottleneck.as_ref().expect("bottleneck");
+    assert_eq!(b.name, "GetItem");
+    assert!(b.why.contains("one after the other"), "{}", b.why);
+    // One knob for both ops, never two.
+    assert_eq!(r.lp.parallelism.len(), 1, "{:?}", r.lp.parallelism);
+    assert_eq!(r.lp.parallelism.get("Collate"), Some(&4));
+}
+
+#[test]
+fn no_workers_gets_workers_started() {
+    // The loop gets items 30 s and collates 3 s of 60 s itself.
+    let r = report(&loader(600, 30.0, 3.0, 0, 4), &MachineOverrides::default());
+    speaks_dataloader(&r);
+    let rec = workers_rec(&r).expect("a num_workers recommendation");
+    assert!(rec.value >= 1.0);
+    assert!(rec.why.contains("(now 0)"), "{}", rec.why);
+    assert!(rec.why.contains("the loop's own step"), "{}", rec.why);
+    assert!(rec.predicted_rate.expect("rate") > 10.0);
+}
+
+#[test]
+fn fast_loader_gets_no_workers_advice() {
+    // Two workers busy 3.5 s of 60: the training loop sets the pace.
+    let r = report(&loader(600, 3.0, 0.5, 2, 4), &MachineOverrides::default());
+    speaks_dataloader(&r);
+    assert!(workers_rec(&r).is_none(), "{:?}", r.recommendations);
+    let e = r.limited_elsewhere.as_ref().expect("not the loader");
+    assert!(e.why.contains("more workers"), "{}", e.why);
+}
+
+#[test]
+fn workers_never_exceed_the_cores() {
+    // Two cores, one worker busy 56 s of 60 (10.7 batches/s per worker).
+    let r = report(&loader(600, 50.0, 6.0, 1, 2), &MachineOverrides::default());
+    let rec = workers_rec(&r).expect("a num_workers recommendation");
+    assert_eq!(rec.value, 2.0);
+    // The training loop takes 0.9 of a core besides (the job's CPU: the
+    // workers' 56 s and the loop's 54 s): 0.09 CPU-s per batch, charged
+    // per batch, so two cores reach 2 / (0.0933 + 0.09) batches/s, not
+    // twice one worker's rate.
+    let mut snap = loader(600, 50.0, 6.0, 1, 2).snapshot();
+    if let Some(i) = snap.snapshot_info.as_mut() {
+        i.process_start_time = 0;
+        i.process_current_time = 110_000_000_000;
+    }
+    let r = analyze(&snap, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report();
+    let cap = 2.0 / (56.0 / 600.0 + 54.0 / 600.0);
+    for rec in &r.recommendations {
+        assert!(rec.unit != "workers" || rec.value <= 2.0, "{rec:?}");
+        let rate = rec.predicted_rate.expect("rate");
+        assert!(rate <= cap + 1e-9, "{rate} > {cap}");
+    }
+    let lp = r.lp.rate.expect("LP rate");
+    assert!((lp - cap).abs() < 1e-6, "{lp} vs {cap}");
+    assert!(r.assumes.contains("CPU-ms per element"), "{}", r.assumes);
+}
+
+#[test]
+fn tensorflow_ops_keep_their_knobs() {
+    let r = report(&common::worked_example(), &MachineOverrides::default());
+    assert!(workers_rec(&r).is_none());
+    assert!(render_text(&r).contains("CACHE "));
+}
+
+#[test]
+fn golden_dataloader_report() {
+    let r = report(&loader(600, 50.0, 6.0, 1, 4), &MachineOverrides::default());
+    common::check_golden("dataloader_workers", "report.txt", &render_text(&r));
+}
