@@ -227,12 +227,12 @@ fn dataloader_python_transform_and_iterable_dataset() {
     // IterableDataset split across two workers.
     check(&Case {
         script: "torch_pyxform.py",
-        args: &["--num-workers", "0"],
+        args: &["--num-workers", "0", "--batch-size", "16"],
         seconds: 8.0,
     });
     check(&Case {
         script: "torch_iterable.py",
-        args: &["--num-workers", "2"],
+        args: &["--num-workers", "2", "--batch-size", "16"],
         seconds: 8.0,
     });
 }

@@ -106,6 +106,10 @@ pub struct Stack {
     /// CPython's `thread_id` (pthread_self()).
     pub thread_id: u64,
     pub frames: Vec<Named>,
+    /// The walk reached the outermost frame and named every frame on the
+    /// way. The thread runs while it is read: a frame popped meanwhile can
+    /// end the walk early, and a partial stack would say the wrong stage.
+    pub complete: bool,
 }
 
 impl Frames {
@@ -151,16 +155,20 @@ impl Frames {
             ];
             self.mem.read(ts, &mut head).ok()?;
             let frame = word_at(&head, o.ts_frame as usize);
+            let (frames, complete) = self.walk(frame);
             out.push(Stack {
                 thread_id: word_at(&head, o.ts_thread_id as usize),
-                frames: self.walk(frame),
+                frames,
+                complete,
             });
             ts = word_at(&head, o.ts_next as usize);
         }
         Some(out)
     }
 
-    fn walk(&mut self, mut f: u64) -> Vec<Named> {
+    /// The frames from `f` outward, outermost first, and whether the walk
+    /// was complete.
+    fn walk(&mut self, mut f: u64) -> (Vec<Named>, bool) {
         let o = self.off;
         if f != 0 && o.cframe_frame != crate::python::NONE {
             f = self
@@ -171,14 +179,19 @@ impl Frames {
         let mut frames = Vec::new();
         let mut block = Block::default();
         let pid = nix::unistd::Pid::from_raw(self.pid);
-        for _ in 0..MAX_FRAMES {
+        let mut complete = true;
+        for _ in 0..2 * MAX_FRAMES {
             if f == 0 {
                 break;
             }
-            if block.get(f, self.f_read).is_none() && !block.load(pid, f, self.f_read) {
+            if frames.len() == MAX_FRAMES
+                || (block.get(f, self.f_read).is_none() && !block.load(pid, f, self.f_read))
+            {
+                complete = false;
                 break;
             }
             let Some(buf) = block.get(f, self.f_read) else {
+                complete = false;
                 break;
             };
             let code = word_at(buf, o.f_code as usize);
@@ -189,13 +202,16 @@ impl Frames {
             if owner != Some(OWNED_BY_CSTACK) {
                 match self.name(code) {
                     Some(n) => frames.push(n),
-                    None => self.bad_frames += 1,
+                    None => {
+                        self.bad_frames += 1;
+                        complete = false;
+                    }
                 }
             }
             f = prev;
         }
         frames.reverse();
-        frames
+        (frames, complete && f == 0)
     }
 
     fn name(&mut self, code: u64) -> Option<Named> {

@@ -163,8 +163,9 @@ impl IterReader {
     /// Looks the counts up by name and caches where they are. `_send_idx`
     /// only of a map-style iterator with workers (`_dataset_kind` 0): an
     /// iterable dataset's workers are sent requests that end in no batch.
+    /// A failed look keeps the slots known: the iterator is read while it
+    /// runs, and one torn read is no reason to stop counting.
     fn counts_slow(&mut self) -> Option<(u64, Option<u64>)> {
-        self.slots = None;
         let dict_word = self
             .objs
             .type_of(self.iter)

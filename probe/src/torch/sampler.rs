@@ -292,7 +292,8 @@ impl Run {
     fn training_stages(&mut self, stacks: &[Stack]) -> (Option<Stage>, Option<Stage>) {
         let mut pin = None;
         let mut stages = Vec::with_capacity(stacks.len());
-        for s in stacks {
+        // A partial stack says no stage: its thread's tick is not counted.
+        for s in stacks.iter().filter(|s| s.complete) {
             let st = classify(&s.frames);
             if matches!(st, Stage::PinMemory) || (st == Stage::Idle && is_pin_thread(s)) {
                 pin = Some(st);
@@ -319,7 +320,7 @@ fn is_pin_thread(s: &Stack) -> bool {
 /// queue's feeder is busy.
 fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, &Stack)> {
     let mut out = Vec::with_capacity(2);
-    for s in stacks {
+    for s in stacks.iter().filter(|s| s.complete) {
         let st = classify(&s.frames);
         let in_loop = s.frames.iter().any(|f| f.0.as_ref() == "_worker_loop");
         if in_loop || st == Stage::Send {
