@@ -2,14 +2,15 @@
 """Does the advice hold when applied? What a user does with the report, per workload:
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
-        [--cases image,demo,cache,py_function,keras_fit] [--runs 3] [--base-runs 1]
+        [--cases image,demo,cache,py_function,keras_fit,torch_workers] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
 plumber-probe (--record seconds after --warmup), reads report.json's
 recommendations, and applies them one after the other as a user would: it
 restarts the workload with the recommended num_parallel_calls, prefetch buffer
-or .cache() at the recommended op (tests/workloads/tunable.py's flags), every
+or .cache() at the recommended op (tests/workloads/tunable.py's flags), or a
+PyTorch DataLoader's num_workers (torch_image.py, in .venv-torch), every
 earlier recommendation applied too (each predicted_rate assumes them). Each
 change gets --runs fresh runs (the recorded configuration and AUTOTUNE
 --base-runs); a run's throughput is root elements per
@@ -55,6 +56,10 @@ CASES = {
     "py_function": ("py_function.py", ["--pyiters", "20000"], None),
     "keras_fit": ("keras_fit.py", ["--shape", "image", "--map-parallel", "1", "--prefetch", "1"],
                   ["--shape", "image", "--autotune"]),
+    # PyTorch: an image folder on one DataLoader worker (.venv-torch); the
+    # advice is num_workers. No AUTOTUNE: a DataLoader has none.
+    "torch_workers": ("torch_image.py", ["--num-workers", "1", "--batch-size", "16",
+                                         "--epoch-samples", "1024"], None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
 # num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
@@ -78,6 +83,8 @@ def apply(rec, flags, ops):
     kind = rec["kind"]
     if kind == "parallelism" and op in MAPS and "--map-parallel" in flags:
         return set_flag(flags, "--map-parallel", str(int(rec["value"]))), None
+    if kind == "workers" and "--num-workers" in flags:
+        return set_flag(flags, "--num-workers", str(int(rec["value"]))), None
     if kind == "prefetch" and "--prefetch" in flags:
         return set_flag(flags, "--prefetch", str(max(int(rec["value"]), 1))), None
     if kind == "cache" and op in CACHE_FLAG and "--shape" in flags:
@@ -103,8 +110,12 @@ def gt_rates(stdout, warmup, seconds):
     return (rb - ra) * 1e9 / (tb - ta) if tb > ta else None
 
 
+def python_for(args, script):
+    return args.torch_python if script.startswith("torch_") else args.python
+
+
 def run_once(args, script, flags):
-    cmd = [args.python, os.path.join(REPO, "tests", "workloads", script),
+    cmd = [python_for(args, script), os.path.join(REPO, "tests", "workloads", script),
            "--seconds", str(args.warmup + args.seconds + 0.5), "--gt-interval", "0.1"] + flags
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=180,
                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -121,7 +132,7 @@ def measure(args, script, flags, runs=None):
 def record(args, name, script, flags):
     """Records the workload; its report.json (None if the recording failed)."""
     out = os.path.join(args.out, name)
-    wl = common.Workload(args.python, script[:-3], args.warmup + args.record + 30, args.out,
+    wl = common.Workload(python_for(args, script), script[:-3], args.warmup + args.record + 30, args.out,
                          flags + ["--gt-interval", "0.1"], tag=name)
     try:
         if not wl.ready.wait(120):
@@ -211,6 +222,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--probe", default=os.path.join(REPO, "target", "release", "plumber-probe"))
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
+    ap.add_argument("--torch-python", default=os.path.join(REPO, ".venv-torch", "bin", "python"))
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--runs", type=int, default=3, help="fresh runs of each change (default 3)")
     ap.add_argument("--base-runs", type=int, default=1,

@@ -222,9 +222,15 @@ impl DataLoaderSummary {
                 .iter()
                 .map(|(k, s)| format!("{k} {}", pct(*s)))
                 .collect();
+            // Without persistent workers each epoch starts new ones.
+            let processes = if self.workers.len() > self.num_workers as usize {
+                format!(", {} processes over the window", self.workers.len())
+            } else {
+                String::new()
+            };
             v.push(format!(
-                "  workers: {} ({:.2} cores in all); their time: {}",
-                self.workers.len(),
+                "  workers: {}{processes} ({:.2} cores in all); their time: {}",
+                self.num_workers,
                 self.workers.iter().map(|w| w.cores).sum::<f64>(),
                 stages.join(", ")
             ));

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 
 use super::code::read_string;
-use super::objects::{ObjError, Objects, TPFLAGS_HEAPTYPE};
+use super::objects::{user_addr, ObjError, Objects, TPFLAGS_HEAPTYPE};
 use super::offsets::NONE;
 
 /// 3.12+: the eval loop's own entry frame (`FRAME_OWNED_BY_CSTACK`).
@@ -132,8 +132,14 @@ impl Objects {
             if ts == 0 {
                 break;
             }
+            if !user_addr(ts) {
+                return Err(self.layout_err(format!("thread state {ts:#x}")));
+            }
             let mut f = self.mem.u64(ts + u64::from(o.ts_frame))?;
             if f != 0 && o.cframe_frame != NONE {
+                if !user_addr(f) {
+                    return Err(self.layout_err(format!("cframe {f:#x}")));
+                }
                 f = self.mem.u64(f + u64::from(o.cframe_frame))?;
             }
             out.push((ts, f));
@@ -149,6 +155,9 @@ impl Objects {
         for _ in 0..1024 {
             if f == 0 {
                 break;
+            }
+            if !user_addr(f) {
+                return Err(self.layout_err(format!("frame {f:#x}")));
             }
             let owned_by_c = o.f_owner != NONE && {
                 let mut b = [0u8; 1];
@@ -169,7 +178,7 @@ impl Objects {
         for (_, f) in self.thread_frames()? {
             for f in self.frames_from(f)? {
                 let code = self.mem.u64(f + u64::from(self.off.f_code))?;
-                if self.mem.u64(code + self.lay.ob_type)? == self.py.code_type {
+                if user_addr(code) && self.mem.u64(code + self.lay.ob_type)? == self.py.code_type {
                     return Ok(self.mem.u64(code + u64::from(self.off.co_name))?);
                 }
             }
@@ -184,7 +193,7 @@ impl Objects {
     fn slots(&self, f: u64) -> Result<Option<Slots>, ObjError> {
         let l = &self.lay;
         let code = self.mem.u64(f + u64::from(self.off.f_code))?;
-        if self.mem.u64(code + l.ob_type)? != self.py.code_type {
+        if !user_addr(code) || self.mem.u64(code + l.ob_type)? != self.py.code_type {
             return Ok(None);
         }
         let int = |at: u64| -> Result<i64, ObjError> {

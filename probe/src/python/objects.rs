@@ -74,6 +74,14 @@ pub enum PyValue {
     Other(String),
 }
 
+/// Whether `a` can be an address of the target's user space (x86-64:
+/// below 2^47, above the first page). Every pointer read from the target
+/// is checked before an offset is added to it or taken from it: a torn
+/// read of a running process can give any word.
+pub(super) fn user_addr(a: u64) -> bool {
+    (0x1000..0x8000_0000_0000).contains(&a)
+}
+
 /// An attribute: its key's and value's addresses, where it was found and
 /// the address of the pointer to its value.
 type Entry = (u64, u64, Storage, u64);
@@ -224,24 +232,27 @@ impl Objects {
     /// aligned, a live reference count, and a type whose own type is a
     /// type.
     pub fn type_of(&self, obj: u64) -> Result<TypeInfo, ObjError> {
-        if obj == 0 || !obj.is_multiple_of(8) {
+        if !user_addr(obj) || !obj.is_multiple_of(8) {
             return Err(ObjError::NotObject(obj));
         }
         let mut h = [0u8; 16];
         self.mem.read(obj, &mut h)?;
         let (refcnt, ty) = (word_at(&h, 0), word_at(&h, self.lay.ob_type as usize));
-        if refcnt == 0 || refcnt > MAX_REFCNT || ty == 0 || !ty.is_multiple_of(8) {
+        if refcnt == 0 || refcnt > MAX_REFCNT || !user_addr(ty) || !ty.is_multiple_of(8) {
             return Err(ObjError::NotObject(obj));
         }
         let meta = self
             .mem
             .u64(ty + self.lay.ob_type)
             .map_err(|_| ObjError::NotObject(obj))?;
+        if !user_addr(meta) {
+            return Err(ObjError::NotObject(obj));
+        }
         let meta_flags = self
             .mem
             .u64(meta + self.lay.tp_flags)
             .map_err(|_| ObjError::NotObject(obj))?;
-        if meta == 0 || meta_flags & TPFLAGS_TYPE_SUBCLASS == 0 {
+        if !user_addr(meta) || meta_flags & TPFLAGS_TYPE_SUBCLASS == 0 {
             return Err(ObjError::NotObject(obj));
         }
         self.type_info(ty)
@@ -327,7 +338,11 @@ impl Objects {
         let t = self.type_of(obj)?;
         let l = &self.lay;
         let at = if t.flags & TPFLAGS_LIST_SUBCLASS != 0 {
-            self.mem.u64(obj + l.list_items)?
+            let items = self.mem.u64(obj + l.list_items)?;
+            if !user_addr(items) {
+                return Err(self.layout_err(format!("list items at {items:#x}")));
+            }
+            items
         } else if t.flags & TPFLAGS_TUPLE_SUBCLASS != 0 {
             obj + l.tuple_items
         } else {
@@ -487,8 +502,13 @@ impl Objects {
             // 3.13: the dict at obj - 3 words, values inline after the
             // object (Py_TPFLAGS_INLINE_VALUES) while `valid`.
             let dict = self.mem.u64(obj - 24)?;
+            if dict != 0 && !user_addr(dict & !1) {
+                return Err(self.layout_err(format!("managed dict {dict:#x}")));
+            }
             let values = match minor {
-                11 => self.mem.u64(obj - 32)?,
+                11 => Some(self.mem.u64(obj - 32)?)
+                    .filter(|&v| v == 0 || user_addr(v))
+                    .ok_or_else(|| self.layout_err("values pointer"))?,
                 // Stored as `values - 1` (odd), read back plus one.
                 12 if dict & 1 == 1 => dict + 1,
                 12 => 0,
@@ -531,6 +551,9 @@ impl Objects {
             }
         }
         let dict = self.mem.u64(obj + off as u64)?;
+        if dict != 0 && !user_addr(dict) {
+            return Err(self.layout_err(format!("dict pointer {dict:#x}")));
+        }
         Ok(if dict == 0 {
             Attrs::None
         } else {
@@ -551,7 +574,7 @@ impl Objects {
             return Err(self.layout_err(format!("ht_name of {name} is not its name")));
         }
         let keys = self.mem.u64(t.addr + self.lay.ht_cached_keys)?;
-        if keys == 0 {
+        if !user_addr(keys) {
             return Err(self.layout_err(format!("{name} has values but no shared keys")));
         }
         Ok(keys)
@@ -564,6 +587,9 @@ impl Objects {
         }
         let keys = self.mem.u64(d + self.lay.dict_keys)?;
         let values = self.mem.u64(d + self.lay.dict_values)?;
+        if !user_addr(keys) || (values != 0 && !user_addr(values)) {
+            return Err(self.layout_err(format!("dict tables {keys:#x}, {values:#x}")));
+        }
         if values == 0 {
             self.table(keys, None, Storage::CombinedDict)
         } else {

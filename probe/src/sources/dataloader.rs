@@ -46,6 +46,8 @@ pub struct DataLoaderSource {
     failures: u32,
     /// The stage sampler's folded stacks, once it finished.
     folded: Folded,
+    /// Each worker's CPU when last read, ns.
+    worker_cpu: std::collections::HashMap<i32, u64>,
 }
 
 impl DataLoaderSource {
@@ -68,6 +70,7 @@ impl DataLoaderSource {
             thin,
             failures: 0,
             folded: Folded::new(),
+            worker_cpu: Default::default(),
         }
     }
 
@@ -83,7 +86,13 @@ impl DataLoaderSource {
         lines
     }
 
-    fn observation(&self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
+    fn observation(&mut self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
+        // A worker that ended keeps the CPU it had when last read.
+        for &pid in o.workers.keys() {
+            if let Some(ns) = target::process_cpu_ns(pid) {
+                self.worker_cpu.insert(pid, ns);
+            }
+        }
         let st = o.state.as_ref()?;
         let names = |m: &StageNs| {
             m.iter()
@@ -96,7 +105,7 @@ impl DataLoaderSource {
             .map(|(&pid, stages)| WorkerObservation {
                 pid,
                 stages: names(stages),
-                cpu_ns: target::process_cpu_ns(pid).unwrap_or(0),
+                cpu_ns: self.worker_cpu.get(&pid).copied().unwrap_or(0),
             })
             .collect();
         Some(DataLoaderObservation {
