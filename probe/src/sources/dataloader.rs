@@ -24,10 +24,11 @@ use crate::torch::{loader, Torch};
 
 /// Polls: each one only copies what the sampler counted.
 const INTERVAL: Duration = Duration::from_millis(500);
-/// How often the sampler reads the stacks. Each tick costs one read per
-/// frame of each thread of the job; 50 a second keep the probe's CPU well
-/// under 1% of a core for a job of a few workers, and give a data stall
-/// share to within ~1.5 points over 30 s.
+/// How often the sampler reads the stacks when `--sample-hz` is 0. A tick
+/// costs a thread-state and a block read per thread of the job (3.11+)
+/// and a few reads per count; at 49 a second the probe's CPU was 0.7-0.9%
+/// of the job's (release build, BENCHMARKS.md), and 30 s give a data
+/// stall share to within ~1.5 points.
 pub const SAMPLE_HZ: u32 = 50;
 /// Between two looks for the loader while none is found.
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
