@@ -64,6 +64,9 @@ pub struct PyConfig {
     pub f_read: u32,
 }
 
+/// Walks of every thread before the offsets are refused.
+const VALIDATE_TRIES: u32 = 5;
+
 /// bpf/python.h PY_FRAME_READ.
 const FRAME_READ: u32 = 128;
 
@@ -175,8 +178,20 @@ impl PyProcess {
             eval: it.eval,
             text: it.text,
         };
-        py.validate(&mem).map_err(|w| invalid(&w))?;
-        Ok(py)
+        // The threads run while their frames are walked: a frame popped
+        // between two reads reads as nonsense. Wrong offsets fail every
+        // time; a busy thread rarely twice in a row.
+        let mut last = String::new();
+        for attempt in 0..VALIDATE_TRIES {
+            match py.validate(&mem) {
+                Ok(()) => return Ok(py),
+                Err(w) => last = w,
+            }
+            if attempt + 1 < VALIDATE_TRIES {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        Err(invalid(&last))
     }
 
     /// The interpreter of `pid`, a process forked from this one (a
