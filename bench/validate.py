@@ -2,7 +2,7 @@
 """Does the advice hold when applied? What a user does with the report, per workload:
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
-        [--cases image,demo,cache,py_function,keras_fit,torch_workers] [--runs 3] [--base-runs 1]
+        [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
@@ -60,6 +60,11 @@ CASES = {
     # advice is num_workers. No AUTOTUNE: a DataLoader has none.
     "torch_workers": ("torch_image.py", ["--num-workers", "1", "--batch-size", "16",
                                          "--epoch-samples", "1024"], None),
+    # A pure-Python transform in the training process (no workers): its GIL
+    # and its one core bound the loop; workers move it to processes of
+    # their own.
+    "torch_gil": ("torch_pyxform.py", ["--num-workers", "0", "--batch-size", "16",
+                                       "--epoch-samples", "1024"], None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
 # num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
