@@ -22,9 +22,7 @@
 //! recommendation gives one `num_workers`, the stage's, which is at least
 //! what either op would want alone.
 
-use crate::input::PipelineInput;
 use crate::lp::LpItem;
-use crate::machine::CoreBudget;
 use crate::model::NodeModel;
 use crate::ops;
 
@@ -102,45 +100,6 @@ pub(crate) fn started(nodes: &[NodeModel]) -> bool {
 /// The pipeline is a DataLoader chain.
 pub(crate) fn is_chain(nodes: &[NodeModel]) -> bool {
     nodes.iter().any(|n| ops::is_dataloader(&n.op))
-}
-
-/// The core budget of a DataLoader recording. It has no per-thread CPU
-/// (no BPF: no `probe_cpu`), only the job's CPU over the window: the
-/// training process, its reaped children and its live workers. What the
-/// loader's stages did not take of it is the training loop's own work (its
-/// step), which grows with the rate as a consumer's does, so it is charged
-/// per batch beside the ops. The stages' times are wall times, at least
-/// their CPU: the charge is a lower bound, never more than the loop took.
-/// Without the job's CPU (0) or for a tf.data pipeline: `b` unchanged.
-pub(crate) fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
-    let dl = || {
-        input
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| ops::is_dataloader(&n.op))
-    };
-    if input.process_cpu_ns == 0 || dl().next().is_none() {
-        return b;
-    }
-    let stages: u64 = dl()
-        .filter_map(|n| input.ops.get(&n.name))
-        .map(|o| o.wall_ns.max(o.cpu_ns))
-        .fold(0, u64::saturating_add);
-    let top = input.graph.nodes.get(input.graph.top);
-    let batches = top
-        .and_then(|n| input.ops.get(&n.name))
-        .map_or(0, |o| o.elements);
-    if batches == 0 {
-        return b;
-    }
-    let outside = input.process_cpu_ns.saturating_sub(stages) as f64 / 1e9;
-    b.measured = true;
-    b.outside_pipeline = outside / t;
-    b.observed_rate = batches as f64 / t;
-    b.consumer_s_per_root = outside / batches as f64;
-    b.overhead_s_per_root = b.consumer_s_per_root;
-    b
 }
 
 #[cfg(test)]
