@@ -10,8 +10,9 @@ plumber-probe (--record seconds after --warmup), reads report.json's
 recommendations, and applies them one after the other as a user would: it
 restarts the workload with the recommended num_parallel_calls, prefetch buffer
 or .cache() at the recommended op (tests/workloads/tunable.py's flags), or a
-PyTorch DataLoader's num_workers (torch_image.py, in .venv-torch), every
-earlier recommendation applied too (each predicted_rate assumes them). Each
+PyTorch DataLoader's num_workers, prefetch_factor, persistent_workers or
+tensor sharing strategy (tests/workloads/torch_common.py's flags, in
+.venv-torch), every earlier recommendation applied too (each predicted_rate assumes them). Each
 change gets --runs fresh runs (the recorded configuration and AUTOTUNE
 --base-runs); a run's throughput is root elements per
 second from the workload's own GT lines over --seconds after --warmup. Beside
@@ -90,6 +91,12 @@ def apply(rec, flags, ops):
         return set_flag(flags, "--map-parallel", str(int(rec["value"]))), None
     if kind == "workers" and "--num-workers" in flags:
         return set_flag(flags, "--num-workers", str(int(rec["value"]))), None
+    if kind == "persistent_workers" and "--num-workers" in flags:
+        return [f for f in flags if f != "--no-persistent-workers"] + ["--persistent-workers"], None
+    if kind == "ipc" and "--num-workers" in flags:
+        return set_flag(flags, "--sharing-strategy", "file_system"), None
+    if kind == "prefetch" and rec.get("unit") == "prefetch_factor" and "--num-workers" in flags:
+        return set_flag(flags, "--prefetch-factor", str(max(int(rec["value"]), 1))), None
     if kind == "prefetch" and "--prefetch" in flags:
         return set_flag(flags, "--prefetch", str(max(int(rec["value"]), 1))), None
     if kind == "cache" and op in CACHE_FLAG and "--shape" in flags:

@@ -15,6 +15,14 @@ use crate::workers::{self, Pool};
 
 /// torch's `prefetch_factor` when workers are started and it is not given.
 const DEFAULT_PREFETCH_FACTOR: u32 = 2;
+/// The training loop's share of the window at epoch edges (starting and
+/// joining workers) from which `persistent_workers=True` is advised: the
+/// stage sampler resolves about 1% over a short window, and below 2% the
+/// change is within a run's noise.
+const EPOCH_EDGE_MIN: f64 = 0.02;
+/// The training loop's share of the window receiving batches from which
+/// the sharing strategy is named as the cause.
+const RECEIVE_MIN: f64 = 0.10;
 
 /// The workers the loader runs now: the knob, or 0 where it started none
 /// (parallelism 1 then stands for the training loop doing the work).
@@ -210,6 +218,72 @@ pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<E
             fmt::rate(Some(observed)),
             fmt::rate(Some(pred)),
             fmt::pct(observed / pred)
+        ),
+    })
+}
+
+/// `persistent_workers=True` for a loader that starts its workers every
+/// epoch, when the training loop's time at epoch edges (starting them,
+/// joining the last epoch's) shows. Nothing arrives meanwhile, so the
+/// rate after the change is `rate / (1 - edge share)`.
+pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommendation> {
+    let d = m.input.dataloader.as_ref()?;
+    let edge = d.share("startup");
+    if d.num_workers == 0 || d.persistent_workers || !(EPOCH_EDGE_MIN..1.0).contains(&edge) {
+        return None;
+    }
+    let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
+    let rate = last_rate.map(|r| r / (1.0 - edge));
+    Some(Recommendation {
+        kind: "persistent_workers".into(),
+        node: queue.name.clone(),
+        value: 1.0,
+        unit: "persistent_workers".into(),
+        predicted_rate: rate,
+        assumes: m.machine.assumption_at(rate),
+        why: format!(
+            "the training loop spends {} of its time starting and joining workers at epoch edges ({} epoch(s) in the window), and no batch arrives meanwhile ⇒ pass persistent_workers=True to the DataLoader (now False): its workers start once",
+            fmt::pct(edge),
+            fmt::count(d.epochs as f64),
+        ),
+    })
+}
+
+/// The training loop waiting on the workers' GIL for each tensor it
+/// receives: under the `file_descriptor` sharing strategy a tensor's
+/// storage comes as a file descriptor that the sending worker's
+/// resource-sharer thread hands over, and that thread needs the worker's
+/// GIL, which a dataset running Python code holds. Under `file_system`
+/// the loop opens the storage by name instead. The rate after the change:
+/// the loop's time per batch less its receiving, within what the workers
+/// allow (`model_rate`).
+pub(crate) fn sharing(m: &Model, observed: f64, model_rate: Option<f64>) -> Option<Recommendation> {
+    let d = m.input.dataloader.as_ref()?;
+    let receive = d.share("receive");
+    if d.num_workers == 0
+        || d.sharing_strategy.as_deref() != Some("file_descriptor")
+        || !(RECEIVE_MIN..1.0).contains(&receive)
+    {
+        return None;
+    }
+    let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
+    let unblocked = observed / (1.0 - receive);
+    let rate = match model_rate {
+        Some(r) if r.is_finite() => Some(unblocked.min(r)),
+        _ => Some(unblocked),
+    }
+    .filter(|r| r.is_finite() && *r > 0.0);
+    Some(Recommendation {
+        kind: "ipc".into(),
+        node: queue.name.clone(),
+        value: receive,
+        unit: "receive share".into(),
+        predicted_rate: rate,
+        assumes: m.machine.assumption_at(rate),
+        why: format!(
+            "the training loop spends {} of its time receiving batches ({} s per batch): under the file_descriptor sharing strategy each tensor's descriptor comes from the sending worker's resource-sharer thread, which waits for that worker's GIL ⇒ call torch.multiprocessing.set_sharing_strategy(\"file_system\") before the DataLoader is created",
+            fmt::pct(receive),
+            fmt::num(receive / observed.max(f64::MIN_POSITIVE)),
         ),
     })
 }

@@ -117,9 +117,53 @@ pub struct PipelineInput {
     pub process_cpu_ns: u64,
     /// The CPU outside the pipeline (the core budget's terms).
     pub cpu: CpuContext,
+    /// A DataLoader recording's loader facts (stats.pb `dataloader`).
+    pub dataloader: Option<DataLoaderFacts>,
     pub(crate) graph: PipelineGraph,
     pub(crate) measured: MeasuredReport,
     pub(crate) notes: Vec<String>,
+}
+
+/// What a DataLoader recording says of the loader beyond its graph: its
+/// configuration and where the training loop's time went.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DataLoaderFacts {
+    pub num_workers: u32,
+    pub persistent_workers: bool,
+    pub pin_memory: bool,
+    /// Epochs that ended in the window.
+    pub epochs: u64,
+    /// Share of the training loop's wall time per stage (`wait`,
+    /// `receive`, `startup`, `get_item`, `collate`, `other`).
+    pub training: std::collections::BTreeMap<String, f64>,
+    /// torch's tensor sharing strategy, where seen.
+    pub sharing_strategy: Option<String>,
+}
+
+impl DataLoaderFacts {
+    /// The training loop's share of the window in `stage`.
+    pub fn share(&self, stage: &str) -> f64 {
+        self.training
+            .get(stage)
+            .copied()
+            .filter(|x| x.is_finite())
+            .unwrap_or(0.0)
+    }
+
+    fn from_proto(d: &plumber_collector::proto::pipeline_snapshot::DataLoaderInfo) -> Self {
+        DataLoaderFacts {
+            num_workers: d.num_workers,
+            persistent_workers: d.persistent_workers,
+            pin_memory: d.pin_memory,
+            epochs: d.epochs,
+            training: d
+                .training_shares
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+            sharing_strategy: Some(d.sharing_strategy.clone()).filter(|s| !s.is_empty()),
+        }
+    }
 }
 
 fn nonneg(x: i64) -> u64 {
@@ -257,6 +301,7 @@ impl PipelineInput {
             file_sizes,
             process_cpu_ns,
             cpu,
+            dataloader: s.dataloader.as_ref().map(DataLoaderFacts::from_proto),
             graph,
             measured,
             notes,

@@ -177,3 +177,76 @@ fn golden_dataloader_report() {
     let r = report(&loader(600, 50.0, 6.0, 1, 4), &MachineOverrides::default());
     common::check_golden("dataloader_workers", "report.txt", &render_text(&r));
 }
+
+/// A loader's snapshot with what the training loop's time went to.
+fn with_loop(
+    p: &SynthPipeline,
+    workers: u32,
+    persistent: bool,
+    shares: &[(&str, f64)],
+    strategy: &str,
+) -> plumber_collector::proto::PipelineSnapshot {
+    let mut s = p.snapshot();
+    s.dataloader = Some(
+        plumber_collector::proto::pipeline_snapshot::DataLoaderInfo {
+            num_workers: workers,
+            persistent_workers: persistent,
+            epochs: 12,
+            training_shares: shares.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            sharing_strategy: strategy.into(),
+            window_s: 60.0,
+            ..Default::default()
+        },
+    );
+    s
+}
+
+fn rec<'a>(r: &'a Report, kind: &str) -> Option<&'a plumber_analyzer::Recommendation> {
+    r.recommendations.iter().find(|x| x.kind == kind)
+}
+
+#[test]
+fn epoch_edges_get_persistent_workers() {
+    // The training step sets the pace (two workers busy 3.5 s of 60),
+    // and 10% of the loop's time goes to starting and joining workers.
+    let p = loader(600, 3.0, 0.5, 2, 4);
+    let shares = [("wait", 0.15), ("startup", 0.10), ("other", 0.75)];
+    let ov = MachineOverrides::default();
+    let r = analyze(&with_loop(&p, 2, false, &shares, ""), &ov)
+        .expect("analyze")
+        .into_report();
+    let pw = rec(&r, "persistent_workers").expect("persistent_workers advised");
+    let rate = pw.predicted_rate.expect("rate");
+    assert!((rate - 10.0 / 0.9).abs() < 1e-6, "{rate}");
+    assert!(pw.why.contains("persistent_workers=True"), "{}", pw.why);
+    speaks_dataloader(&r);
+    // Already persistent, or too little at the edges: nothing.
+    for (persistent, edge) in [(true, 0.10), (false, 0.01)] {
+        let shares = [("wait", 0.15), ("startup", edge), ("other", 0.75)];
+        let r = analyze(&with_loop(&p, 2, persistent, &shares, ""), &ov)
+            .expect("analyze")
+            .into_report();
+        assert!(
+            rec(&r, "persistent_workers").is_none(),
+            "{persistent} {edge}"
+        );
+    }
+}
+
+#[test]
+fn receiving_through_descriptors_names_the_sharing_strategy() {
+    let p = loader(600, 3.0, 0.5, 2, 4);
+    let shares = [("wait", 0.3), ("receive", 0.4), ("other", 0.3)];
+    let ov = MachineOverrides::default();
+    let r = analyze(&with_loop(&p, 2, true, &shares, "file_descriptor"), &ov)
+        .expect("analyze")
+        .into_report();
+    let ipc = rec(&r, "ipc").expect("ipc advised");
+    assert!(ipc.why.contains("set_sharing_strategy"), "{}", ipc.why);
+    assert!(ipc.predicted_rate.expect("rate") > 10.0);
+    // Already file_system: the strategy is not the cause.
+    let r = analyze(&with_loop(&p, 2, true, &shares, "file_system"), &ov)
+        .expect("analyze")
+        .into_report();
+    assert!(rec(&r, "ipc").is_none());
+}

@@ -43,6 +43,10 @@ pub struct DataLoaderObservation {
     /// CPU time of the training process and of its workers (those alive,
     /// and those gone, through the training process's children times), ns.
     pub job_cpu_ns: u64,
+    /// torch's tensor sharing strategy, as the training loop's receiving
+    /// frames showed it (`file_descriptor`, `file_system`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_strategy: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -89,6 +93,10 @@ pub struct DataLoaderSummary {
     /// workers).
     pub job_cores: f64,
     pub sampler_ticks: u64,
+    /// torch's tensor sharing strategy, where the training loop was seen
+    /// receiving a batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_strategy: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -121,6 +129,10 @@ fn shares(m: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// The training loop's stages inside the loader's `next()` and `iter()`:
+/// the data stall.
+const STALLS: [&str; 5] = ["wait", "receive", "startup", "get_item", "collate"];
+
 /// The summary between two observations of one recording; None when they
 /// cover no time.
 pub fn summarise(
@@ -133,10 +145,7 @@ pub fn summarise(
     let samples = batches * last.batch_size.unwrap_or(1);
     let training = delta(&first.training, &last.training);
     let seen: u64 = training.values().sum();
-    let stalled: u64 = ["wait", "get_item", "collate"]
-        .iter()
-        .filter_map(|k| training.get(*k))
-        .sum();
+    let stalled: u64 = STALLS.iter().filter_map(|k| training.get(*k)).sum();
     let mut all_workers: BTreeMap<String, u64> = BTreeMap::new();
     let mut workers = Vec::new();
     for w in &last.workers {
@@ -184,6 +193,7 @@ pub fn summarise(
         workers,
         job_cores: last.job_cpu_ns.saturating_sub(first.job_cpu_ns) as f64 / window_ns as f64,
         sampler_ticks: last.ticks.saturating_sub(first.ticks),
+        sharing_strategy: last.sharing_strategy.clone(),
     })
 }
 
@@ -216,6 +226,9 @@ impl DataLoaderSummary {
             self.tasks_outstanding.map_or("-".into(), |t| t.to_string()),
             self.queue_capacity.map_or("-".into(), |c| c.to_string()),
         ));
+        if self.num_workers > 0 {
+            v.push(self.training_line());
+        }
         if !self.workers.is_empty() {
             let stages: Vec<String> = self
                 .workers_stages
@@ -236,6 +249,24 @@ impl DataLoaderSummary {
             ));
         }
         v
+    }
+
+    /// Where the training loop's time went, with workers: waiting for a
+    /// batch, receiving it (unpickling, the tensors' shared memory), the
+    /// workers' start and end at epoch edges, its own step.
+    fn training_line(&self) -> String {
+        let share = |k: &str| self.training.get(k).copied().unwrap_or(0.0);
+        let strategy = self
+            .sharing_strategy
+            .as_deref()
+            .map_or(String::new(), |s| format!(" ({s} sharing)"));
+        format!(
+            "  training loop: waiting {:.0}%, receiving {:.0}%{strategy}, worker start-up {:.0}%, its step {:.0}%",
+            100.0 * share("wait"),
+            100.0 * share("receive"),
+            100.0 * share("startup"),
+            100.0 * share("other"),
+        )
     }
 }
 
@@ -266,5 +297,23 @@ mod tests {
         assert!((s.stall_share - 0.75).abs() < 1e-9);
         assert_eq!(s.queue_capacity, Some(4));
         assert!(summarise(&b, &b).is_none());
+    }
+
+    #[test]
+    fn receiving_and_epoch_edges_are_stall() {
+        let a = obs(1_000_000_000, 10, 0, 0);
+        let mut b = obs(2_000_000_000, 30, 400, 100);
+        b.training.insert("receive".into(), 300);
+        b.training.insert("startup".into(), 200);
+        b.sharing_strategy = Some("file_descriptor".into());
+        let s = summarise(&a, &b).expect("window");
+        assert!((s.stall_share - 0.9).abs() < 1e-9);
+        let lines = s.lines();
+        assert!(
+            lines.iter().any(|l| l.contains(
+                "training loop: waiting 40%, receiving 30% (file_descriptor sharing), worker start-up 20%, its step 10%"
+            )),
+            "{lines:?}"
+        );
     }
 }

@@ -15,8 +15,8 @@ use crate::graphargs;
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
-    Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats, ProbeHits, ProbeInfo, ProbeOverhead,
-    SnapshotInfo,
+    DataLoaderInfo, Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats, ProbeHits, ProbeInfo,
+    ProbeOverhead, SnapshotInfo,
 };
 use crate::proto::{
     AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NameAttrList, NodeDef, OpDef,
@@ -406,10 +406,26 @@ pub fn build_snapshot(w: &WindowResult) -> PipelineSnapshot {
             })
             .collect(),
         probe_overhead: w.probe_cost.as_ref().map(overhead_proto),
+        dataloader: w.dataloader.as_ref().map(dataloader_proto),
         ..Default::default()
     };
     usage::fill_snapshot(&mut snapshot, w);
     snapshot
+}
+
+fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo {
+    DataLoaderInfo {
+        num_workers: d.num_workers,
+        persistent_workers: d.persistent_workers,
+        pin_memory: d.pin_memory,
+        prefetch_factor: d.prefetch_factor.unwrap_or(0),
+        batch_size: d.batch_size.unwrap_or(0),
+        epochs: d.epochs,
+        training_shares: d.training.clone().into_iter().collect(),
+        sharing_strategy: d.sharing_strategy.clone().unwrap_or_default(),
+        window_s: d.window_s,
+        batches: d.batches,
+    }
 }
 
 fn overhead_proto(c: &crate::event::ProbeCost) -> ProbeOverhead {

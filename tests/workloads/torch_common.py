@@ -99,6 +99,9 @@ def make_parser(module):
                    help="DataLoader pin_memory=True (a no-op with a warning without an accelerator)")
     p.add_argument("--persistent-workers", action=argparse.BooleanOptionalAction, default=False,
                    help="keep the worker processes across epochs (only with workers)")
+    p.add_argument("--sharing-strategy", choices=("file_descriptor", "file_system"), default=None,
+                   help="torch.multiprocessing.set_sharing_strategy before the loader is made "
+                        "(default: torch's, file_descriptor on Linux)")
     p.add_argument("--start-method", choices=("fork", "spawn", "forkserver"), default="fork",
                    help="multiprocessing context of the workers (default: %(default)s)")
     p.add_argument("--epoch-samples", type=int, default=getattr(module, "EPOCH_SAMPLES", 256),
@@ -299,6 +302,8 @@ def make_loader(dataset, args):
     import torch
     from torch.utils.data import DataLoader, IterableDataset
 
+    if args.sharing_strategy:
+        torch.multiprocessing.set_sharing_strategy(args.sharing_strategy)
     g = torch.Generator()
     g.manual_seed(args.seed)
     kw = dict(batch_size=args.batch_size, num_workers=args.num_workers,

@@ -129,6 +129,7 @@ impl DataLoaderSource {
             pin_memory_stages: names(&o.pin_memory),
             workers,
             job_cpu_ns: self.cpu_ns().unwrap_or(0),
+            sharing_strategy: o.sharing_strategy.map(str::to_string),
         })
     }
 }
@@ -137,6 +138,8 @@ impl DataLoaderSource {
 pub fn stage_key(s: Stage) -> &'static str {
     match s {
         Stage::Wait => "wait",
+        Stage::Receive => "receive",
+        Stage::Startup => "startup",
         Stage::GetItem => "get_item",
         Stage::Collate => "collate",
         Stage::Send => "send",
@@ -195,6 +198,9 @@ fn nodes_of(o: &Observed) -> Vec<NodeObservation> {
     }
     if st.num_workers > 0 {
         let outstanding = st.tasks_outstanding.unwrap_or(0) as i64;
+        // No time of its own: the training loop's receiving is mostly
+        // waiting (for the workers' resource-sharer threads), not CPU the
+        // core budget should charge; stats.pb's `dataloader` carries it.
         chain.push(Link {
             buffer_size: st
                 .prefetch_factor

@@ -18,7 +18,7 @@ use tracing::debug;
 
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, Stack};
-use super::stage::{classify, Stage};
+use super::stage::{classify, sharing_strategy, Stage};
 use crate::cost::Thin;
 use crate::python::{short_file, PyProcess};
 
@@ -72,6 +72,9 @@ pub struct Observed {
     /// Workers whose interpreter could not be read (pid, why).
     pub unreadable_workers: Vec<(i32, String)>,
     pub bad_frames: u64,
+    /// The tensor sharing strategy the training loop's receiving frames
+    /// showed (`file_descriptor`, `file_system`), once seen.
+    pub sharing_strategy: Option<&'static str>,
     /// The sampler's thread ended by a panic: what it saw stops there.
     pub failed: bool,
 }
@@ -261,9 +264,13 @@ impl Run {
     fn tick(&mut self, dt: u64) {
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
+        let mut strategy = None;
         if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
             if let Some(s) = training.iter().find(|s| s.thread_id == t) {
                 fold(&mut self.folded, st, "training loop", s, dt);
+                if st == Stage::Receive {
+                    strategy = sharing_strategy(&s.frames);
+                }
             }
         }
         let mut workers = Vec::new();
@@ -292,6 +299,9 @@ impl Run {
         o.ticks += 1;
         o.covered_ns += dt;
         o.bad_frames = bad;
+        if strategy.is_some() {
+            o.sharing_strategy = strategy;
+        }
         match loop_stage {
             Some(s) => *o.training.entry(s).or_default() += dt,
             None => o.training_unknown_ns += dt,

@@ -11,6 +11,17 @@ pub enum Stage {
     /// fetches the batch itself and the stall is Fetch time too: see
     /// [`Stage::stalls`].)
     Wait,
+    /// The training loop takes a batch its workers sent off the queue:
+    /// reads and unpickles it, which rebuilds each tensor from shared
+    /// memory. Under the `file_descriptor` sharing strategy (torch's
+    /// default on Linux) each storage's descriptor is fetched from the
+    /// sending worker's resource-sharer thread, which needs that worker's
+    /// GIL: a worker busy in Python code delays it.
+    Receive,
+    /// An epoch's start or end with workers: `iter()` starting them (or
+    /// resetting persistent ones), the last `next()` joining them. Work
+    /// that `persistent_workers=True` does once instead of every epoch.
+    Startup,
     /// The dataset's `__getitem__` (or an iterable dataset's `__next__`).
     GetItem,
     /// The collate function.
@@ -114,15 +125,66 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
             _ => Stage::Idle,
         };
     }
-    // `next()`, and `iter()` at an epoch's start (it starts the workers,
-    // or waits for persistent ones to reset): the loop waits for data.
+    // Joining an epoch's workers: from its last `next()`, or from the old
+    // iterator's `__del__` wherever the collector frees it.
+    if frames
+        .iter()
+        .any(|f| f.name() == "_shutdown_workers" && is_dataloader(f))
+    {
+        return Stage::Startup;
+    }
+    // `next()`, and `iter()` at an epoch's start: the loop waits for
+    // data, receives it, or starts workers.
     if frames
         .iter()
         .any(|f| matches!(f.name(), "__next__" | "__iter__") && is_dataloader(f))
     {
-        return Stage::Wait;
+        return loader_call(frames);
     }
     Stage::Other
+}
+
+/// The training loop inside the loader's `next()` or `iter()`.
+fn loader_call<F: Frame>(frames: &[F]) -> Stage {
+    // Workers being started (the iterator's constructor, under
+    // `_get_iterator`) or persistent ones reset (`_reset`, which also
+    // takes their acknowledgements off the queue).
+    if frames
+        .iter()
+        .any(|f| is_dataloader(f) && matches!(f.name(), "_get_iterator" | "_reset"))
+    {
+        return Stage::Startup;
+    }
+    if frames.iter().any(is_receiving) {
+        return Stage::Receive;
+    }
+    Stage::Wait
+}
+
+/// A frame of taking a batch that has arrived: reading its bytes off the
+/// pipe, and unpickling it (torch's rebuild functions, the resource
+/// sharer). Waiting for one to arrive is `poll`, not this.
+fn is_receiving(f: &impl Frame) -> bool {
+    in_file(f, "torch/multiprocessing/reductions.py")
+        || in_file(f, "multiprocessing/resource_sharer.py")
+        || (in_file(f, "multiprocessing/connection.py")
+            && matches!(f.name(), "recv_bytes" | "_recv_bytes" | "_recv" | "recv"))
+}
+
+/// The tensor sharing strategy a received batch's frames show:
+/// `rebuild_storage_fd` under `file_descriptor`, `rebuild_storage_filename`
+/// under `file_system`.
+pub fn sharing_strategy<F: Frame>(frames: &[F]) -> Option<&'static str> {
+    frames.iter().rev().find_map(|f| {
+        if !in_file(f, "torch/multiprocessing/reductions.py") {
+            return None;
+        }
+        match f.name() {
+            "rebuild_storage_fd" => Some("file_descriptor"),
+            "rebuild_storage_filename" => Some("file_system"),
+            _ => None,
+        }
+    })
 }
 
 impl Stage {
@@ -130,6 +192,8 @@ impl Stage {
     pub fn title(self) -> &'static str {
         match self {
             Stage::Wait => "waiting for data",
+            Stage::Receive => "receive",
+            Stage::Startup => "worker start-up",
             Stage::GetItem => "get item",
             Stage::Collate => "collate",
             Stage::Send => "send",
@@ -140,9 +204,13 @@ impl Stage {
     }
 
     /// Whether the training loop waits for data in this stage: in `next()`,
-    /// whether waiting for a worker or fetching the batch itself.
+    /// whether waiting for a worker, receiving its batch, starting workers
+    /// or fetching the batch itself.
     pub fn stalls(self) -> bool {
-        matches!(self, Stage::Wait | Stage::GetItem | Stage::Collate)
+        matches!(
+            self,
+            Stage::Wait | Stage::Receive | Stage::Startup | Stage::GetItem | Stage::Collate
+        )
     }
 }
 
@@ -156,6 +224,13 @@ mod tests {
             .map(|(n, f)| (n.to_string(), f.to_string()))
             .collect();
         classify(&v)
+    }
+
+    fn st_frames(frames: &[(&str, &str)]) -> Vec<(String, String)> {
+        frames
+            .iter()
+            .map(|(n, f)| (n.to_string(), f.to_string()))
+            .collect()
     }
 
     const DL: &str = "/v/lib/python3.11/site-packages/torch/utils/data/dataloader.py";
@@ -177,6 +252,46 @@ mod tests {
             ("get", "/usr/lib/python3.11/multiprocessing/queues.py"),
         ];
         assert_eq!(st(&waiting), Stage::Wait);
+        let red = "/v/site-packages/torch/multiprocessing/reductions.py";
+        let mut polling = waiting.to_vec();
+        polling.extend([("poll", "connection.py"), ("_poll", "connection.py")]);
+        assert_eq!(st(&polling), Stage::Wait);
+        let mut receiving = waiting.to_vec();
+        receiving.extend([
+            ("rebuild_storage_fd", red),
+            (
+                "detach",
+                "/usr/lib/python3.11/multiprocessing/resource_sharer.py",
+            ),
+        ]);
+        assert_eq!(st(&receiving), Stage::Receive);
+        assert_eq!(
+            sharing_strategy(&st_frames(&receiving)),
+            Some("file_descriptor")
+        );
+        let mut reading = waiting.to_vec();
+        reading.push((
+            "_recv_bytes",
+            "/usr/lib/python3.11/multiprocessing/connection.py",
+        ));
+        assert_eq!(st(&reading), Stage::Receive);
+        let starting = [
+            ("<module>", "train.py"),
+            ("__iter__", DL),
+            ("_get_iterator", DL),
+            ("__init__", DL),
+            ("start", "/usr/lib/python3.11/multiprocessing/process.py"),
+        ];
+        assert_eq!(st(&starting), Stage::Startup);
+        let joining = [
+            ("<module>", "train.py"),
+            ("__next__", DL),
+            ("_next_data", DL),
+            ("_shutdown_workers", DL),
+            ("join", "/usr/lib/python3.11/multiprocessing/process.py"),
+        ];
+        assert_eq!(st(&joining), Stage::Startup);
+        assert!(Stage::Receive.stalls() && Stage::Startup.stalls());
         // num_workers=0: the loop fetches the batch itself.
         let fetching = [
             ("<module>", "train.py"),
