@@ -27,7 +27,7 @@ const RECEIVE_MIN: f64 = 0.10;
 /// The workers the loader runs now: the knob, or 0 where it started none
 /// (parallelism 1 then stands for the training loop doing the work).
 pub(crate) fn workers_now(m: &Model, cur: f64) -> u32 {
-    if workers::started(&m.nodes) {
+    if workers::started(m.op_names()) {
         cur.round().max(1.0) as u32
     } else {
         0
@@ -126,7 +126,7 @@ pub(crate) fn prefetch(
     recs: &[Recommendation],
     last_rate: Option<f64>,
 ) -> Option<Recommendation> {
-    if !workers::started(&m.nodes) {
+    if !workers::started(m.op_names()) {
         return None;
     }
     let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
@@ -208,7 +208,7 @@ pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(u
 pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<Elsewhere> {
     let pred = base.rate;
     let short = pred.is_finite() && pred > 0.0 && observed > 0.0 && observed < SHORTFALL * pred;
-    if !short || !workers::started(&m.nodes) {
+    if !short || !workers::started(m.op_names()) {
         return None;
     }
     Some(Elsewhere {

@@ -397,6 +397,11 @@ fn propagate_top_down(
 }
 
 impl Model {
+    /// The op names of the nodes, in node order.
+    pub fn op_names(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().map(|n| n.op.as_str())
+    }
+
     pub fn build(mut input: PipelineInput, machine: Machine, mut notes: Vec<String>) -> Model {
         // The per-op inputs move into the nodes (no copy of 10,000 entries).
         let mut ops = std::mem::take(&mut input.ops);
@@ -406,7 +411,11 @@ impl Model {
         let mut nodes: Vec<NodeModel> = g.nodes.iter().map(NodeModel::new).collect();
         attach_stats(&mut nodes, g, &mut ops, &mut notes);
         propagate_top_down(&mut nodes, g, &mut notes);
-        let pool = workers::find(&mut nodes, g);
+        let pool = workers::find(|u| nodes[u].op.as_str(), g);
+        if let Some(p) = pool {
+            nodes[p.collate].knob = Some(p.collate);
+            nodes[p.get_item].knob = Some(p.collate);
+        }
 
         // Per-op rates.
         for &u in &g.order {

@@ -124,7 +124,7 @@ pub(crate) fn recommend(
     prefetch: &PrefetchAnalysis,
     observed: f64,
 ) -> Outcome {
-    let dataloader = workers::is_chain(&m.nodes);
+    let dataloader = workers::is_chain(m.op_names());
     let elsewhere = if dataloader {
         dl_advice::elsewhere(m, base, observed)
     } else {

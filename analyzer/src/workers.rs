@@ -23,7 +23,6 @@
 //! what either op would want alone.
 
 use crate::lp::LpItem;
-use crate::model::NodeModel;
 use crate::ops;
 
 /// The two ops the workers run, by node index.
@@ -46,20 +45,22 @@ impl Pool {
 }
 
 /// The pool of a DataLoader chain: a CollateDataset whose input is a
-/// GetItemDataset. Points GetItem's knob at Collate.
-pub(crate) fn find(nodes: &mut [NodeModel], g: &crate::graph::PipelineGraph) -> Option<Pool> {
+/// GetItemDataset (`op(u)`: node u's op). Both take Collate's knob
+/// ([`Pool::knob_key`]).
+pub(crate) fn find<'a>(
+    op: impl Fn(usize) -> &'a str,
+    g: &crate::graph::PipelineGraph,
+) -> Option<Pool> {
     let collate = g
         .order
         .iter()
         .copied()
-        .find(|&u| nodes[u].op == ops::DL_COLLATE)?;
+        .find(|&u| op(u) == ops::DL_COLLATE)?;
     let get_item = g.nodes[collate]
         .inputs
         .iter()
         .copied()
-        .find(|&c| nodes[c].op == ops::DL_GET_ITEM)?;
-    nodes[collate].knob = Some(collate);
-    nodes[get_item].knob = Some(collate);
+        .find(|&c| op(c) == ops::DL_GET_ITEM)?;
     Some(Pool { collate, get_item })
 }
 
@@ -93,13 +94,14 @@ pub(crate) fn merge(c: LpItem, g: LpItem) -> LpItem {
 
 /// Whether the chain has started workers: a WorkerQueueDataset is written
 /// only with `num_workers > 0` (parallelism 1 stands for both 0 and 1).
-pub(crate) fn started(nodes: &[NodeModel]) -> bool {
-    nodes.iter().any(|n| n.op == ops::DL_QUEUE)
+/// `ops`: the chain's op names.
+pub(crate) fn started<'a>(mut ops: impl Iterator<Item = &'a str>) -> bool {
+    ops.any(|o| o == ops::DL_QUEUE)
 }
 
-/// The pipeline is a DataLoader chain.
-pub(crate) fn is_chain(nodes: &[NodeModel]) -> bool {
-    nodes.iter().any(|n| ops::is_dataloader(&n.op))
+/// The pipeline is a DataLoader chain (`ops`: its op names).
+pub(crate) fn is_chain<'a>(mut ops: impl Iterator<Item = &'a str>) -> bool {
+    ops.any(ops::is_dataloader)
 }
 
 #[cfg(test)]
