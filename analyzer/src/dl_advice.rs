@@ -181,7 +181,9 @@ pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(u
     let (who, on) = if now == 0 {
         (
             "the training loop gets",
-            "on its one thread (num_workers=0)".to_string(),
+            // One thread under the training process's GIL: threads would
+            // not scale it, worker processes (each its own GIL) do.
+            "on its one thread, under the training process's GIL (num_workers=0)".to_string(),
         )
     } else {
         (
