@@ -1,10 +1,11 @@
 //! A PyTorch training process (`--pid`, or `run`'s own command): its
-//! DataLoader as a pipeline. Nothing is attached to the target: the loader's iterator object is
-//! found in the training loop's frames and read at every sampler tick
-//! (`crate::torch::loader`), the stage sampler reads every thread's Python
-//! stack in the training process and its workers (`crate::torch::sampler`),
-//! and each poll turns what they saw into the pipeline's nodes (the stages,
-//! docs/stats-format.md "PyTorch") and a `DataLoader` event.
+//! DataLoader as a pipeline. Nothing is attached to the target: the
+//! loader's iterator object is found in the training loop's frames and
+//! read at every sampler tick (`crate::torch::loader`), the stage sampler
+//! reads every thread's Python stack in the training process and its
+//! workers (`crate::torch::sampler`), and each poll turns what they saw
+//! into the pipeline's nodes (the stages, docs/stats-format.md "PyTorch")
+//! and a `DataLoader` event.
 
 use std::time::{Duration, Instant};
 
