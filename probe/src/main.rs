@@ -72,7 +72,8 @@ enum Command {
     /// (the same as the top-level --pid form).
     Record(RecordArgs),
     /// Start a command without root (LD_PRELOAD shim) and record its
-    /// tf.data pipeline while it runs; exits with the command's status.
+    /// tf.data pipeline, or its PyTorch DataLoader, while it runs; exits
+    /// with the command's status.
     Run(RunArgs),
     /// A live terminal view of a running pipeline (per-op rates, the
     /// current bottleneck) until `q`: `top --pid PID` attaches as `--pid`
@@ -169,9 +170,10 @@ struct RunArgs {
     /// Output directory (created if needed); default plumber-run-PID.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// Poll interval of the autotune model, in milliseconds.
-    #[arg(long, default_value_t = 250)]
-    interval_ms: u64,
+    /// Poll interval in milliseconds (default 250 reading the autotune
+    /// model, 500 for a DataLoader).
+    #[arg(long)]
+    interval_ms: Option<u64>,
     /// No progress line and no notes on stderr.
     #[arg(short, long)]
     quiet: bool,
@@ -303,7 +305,7 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
     run::run(&run::RunOpts {
         command: r.command,
         duration: r.duration.map(Duration::from_secs_f64),
-        interval: Duration::from_millis(r.interval_ms.max(10)),
+        interval: r.interval_ms.map(|ms| Duration::from_millis(ms.max(10))),
         quiet: r.quiet,
         output,
         live: None,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use plumber_collector::event::{DropCount, Event};
 use tracing::{debug, info, warn};
 
@@ -118,7 +118,11 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     batch_scheduling();
     let target = match Target::open(opts.pid) {
         Err(e @ TargetError::NoTensorFlow { .. }) => match crate::torch::find(opts.pid) {
-            Some(torch) => return crate::record_torch::record(&torch_opts(opts), torch, started),
+            Some(torch) => {
+                stop::install_signal_handlers(stop::on_signal)?;
+                return crate::record_torch::record(&torch_opts(opts), torch, started)?
+                    .ok_or_else(|| anyhow!("the recording ended before the DataLoader was found"));
+            }
             None => return Err(e.into()),
         },
         other => other?,
@@ -237,7 +241,9 @@ fn torch_opts(o: &RecordOpts) -> crate::record_torch::TorchOpts {
         pid: o.pid,
         duration: o.duration,
         interval: o.interval,
-        discovery_timeout: o.discovery_timeout,
+        job: crate::sources::dataloader::Job::Attached {
+            discovery_timeout: o.discovery_timeout,
+        },
         quiet: o.quiet,
         save_events: o.save_events.clone(),
         sample_hz: o.sample_hz,

@@ -1,5 +1,6 @@
-//! `--pid` on a PyTorch training process: the DataLoader source through the
-//! one recording loop. No BPF: its cost is the probe process's own CPU
+//! A PyTorch training process through the one recording loop: the
+//! DataLoader source, for `--pid` (record.rs) and for `run`'s own command
+//! (run.rs) alike. No BPF: its cost is the probe process's own CPU
 //! (process_vm_readv and /proc reads), which the meter counts against the
 //! job's CPU across its processes.
 
@@ -16,19 +17,19 @@ use crate::cost::{CostOpts, Lever, Meter, Thin};
 use crate::python::PyProcess;
 use crate::recording::{self, LoopOpts, Recording};
 use crate::sink::EventSink;
-use crate::sources::dataloader::{DataLoaderSource, SAMPLE_HZ};
-use crate::stop;
+use crate::sources::dataloader::{DataLoaderSource, Job, SAMPLE_HZ};
 use crate::target::Target;
 use crate::torch::Torch;
 
-/// What a `--pid` recording of a PyTorch job takes of the recording's
-/// options (`record::RecordOpts` has the BPF ones besides).
+/// What a recording of a PyTorch job takes of the recording's options
+/// (`record::RecordOpts` has the BPF ones besides).
 pub struct TorchOpts {
     pub pid: i32,
     pub duration: Option<Duration>,
     pub interval: Option<Duration>,
-    /// How long to wait for the loader to be found.
-    pub discovery_timeout: Duration,
+    /// Who started the job: how long to look for the loader, what its
+    /// exit means.
+    pub job: Job,
     pub quiet: bool,
     pub save_events: Option<PathBuf>,
     /// The stage sampler's ticks per second; 0: its default.
@@ -37,10 +38,13 @@ pub struct TorchOpts {
     pub budget: f64,
 }
 
-pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Recording> {
+/// Records the job's DataLoader; the caller has installed the signal
+/// handlers. `None` when the window never opened: `run`'s command ended,
+/// or we were stopped, before its loader was found (an attached target
+/// fails the recording then).
+pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option<Recording>> {
     let pid = opts.pid;
     let target = Target::other_framework(pid, &torch.lib)?;
-    stop::install_signal_handlers(stop::on_signal)?;
     info!(pid, torch = %torch.version, "PyTorch target found");
     let py = PyProcess::attach(pid).map_err(|e| {
         anyhow!(
@@ -54,8 +58,7 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Record
         SAMPLE_HZ
     };
     let thin = Thin::default();
-    let mut source =
-        DataLoaderSource::new(target, torch, py, opts.discovery_timeout, hz, thin.clone());
+    let mut source = DataLoaderSource::new(target, torch, py, opts.job, hz, thin.clone());
     let loop_opts = LoopOpts {
         duration: opts.duration,
         interval: opts.interval,
@@ -71,14 +74,17 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Record
     };
     let mut sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
     let ended = recording::run(&mut source, &mut sink, &loop_opts)?;
-    Ok(Recording {
+    let Some(time_to_first_data) = ended.time_to_first_data else {
+        return Ok(None);
+    };
+    Ok(Some(Recording {
         sink,
         reason: ended.reason.to_string(),
         mode: "dataloader",
         partial: ended.partial,
-        time_to_first_data: ended.time_to_first_data.unwrap_or(0.0),
+        time_to_first_data,
         cache_hit: false,
         stacks: None,
         stage_stacks: source.stage_stacks(),
-    })
+    }))
 }

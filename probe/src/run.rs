@@ -1,11 +1,16 @@
 //! `plumber-probe run -- CMD...`: no root, no capabilities. The command is
-//! started as our child with the shim (`libplumber_shim.so`) preloaded.
+//! started as our child with the shim (`libplumber_shim.so`) preloaded,
+//! and recorded once it loads a framework: TensorFlow, or PyTorch without
+//! TensorFlow (`libtorch_python.so` mapped).
 //!
-//! A parent may read its own child's memory with process_vm_readv (same uid
-//! and a descendant pass the ptrace access check without privileges), so
-//! the autotune model is walked exactly as in `--pid` mode. What needs a
-//! probe there comes from the shim, through shared memory
-//! (shim/src/abi.rs), which this file sets up; `sources::shim` reads it.
+//! A parent may read its own descendants' memory with process_vm_readv
+//! (same uid and a descendant pass the ptrace access check without
+//! privileges), so the autotune model is walked exactly as in `--pid`
+//! mode. What needs a probe there comes from the shim, through shared
+//! memory (shim/src/abi.rs), which this file sets up; `sources::shim` reads
+//! it. A PyTorch job needs no probe even with `--pid`: its DataLoader and
+//! worker processes (our descendants too) are read as `--pid` reads them
+//! (`record_torch`), and the shim only forwards calls.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -23,24 +28,31 @@ use crate::derive;
 use crate::errors::{self, one_line};
 use crate::layout::NodeLayout;
 use crate::output;
+use crate::record_torch::{self, TorchOpts};
 use crate::recording::{self, LoopOpts, Recording};
 use crate::shim_abi as abi;
 use crate::sink::EventSink;
+use crate::sources::dataloader::Job;
 use crate::sources::shim::{exited, ShimSource};
 use crate::stop::{self, STOP};
 use crate::target::{Target, TargetError};
+use crate::torch::Torch;
 
 /// The shim's file name, next to the plumber-probe binary (cargo builds
 /// both into the same target directory).
 const SHIM_FILE: &str = "libplumber_shim.so";
 /// Overrides where the shim is looked for.
 const SHIM_ENV: &str = "PLUMBER_SHIM";
+/// The autotune model's poll interval when none is given.
+const MODEL_INTERVAL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub struct RunOpts {
     pub command: Vec<OsString>,
     pub duration: Option<Duration>,
-    pub interval: Duration,
+    /// None: 250 ms reading the autotune model, the DataLoader source's
+    /// own default for a PyTorch job.
+    pub interval: Option<Duration>,
     pub quiet: bool,
     pub output: PathBuf,
     /// The live view (`top -- CMD`), if any.
@@ -224,7 +236,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode> {
         Ok(None) => {
             if !opts.quiet {
                 eprintln!(
-                    "plumber-probe: {} ran no tf.data pipeline; nothing recorded (a PyTorch DataLoader job is recorded by PID for now: sudo plumber-probe --pid PID)",
+                    "plumber-probe: {} ran no tf.data pipeline and no torch DataLoader in its own process; nothing recorded",
                     prog.to_string_lossy()
                 );
             }
@@ -269,7 +281,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// `Ok(None)`: the command ended (or we were interrupted) before any
-/// TensorFlow pipeline ran.
+/// TensorFlow pipeline or DataLoader ran.
 fn record_child(
     opts: &RunOpts,
     shm: &SharedMem,
@@ -278,8 +290,10 @@ fn record_child(
     started: Instant,
 ) -> Result<Option<Recording>> {
     let h = shm.header();
-    let Some(target) = wait_for_tensorflow(child, pid)? else {
-        return Ok(None);
+    let target = match wait_for_framework(child, pid)? {
+        None => return Ok(None),
+        Some(Framework::TensorFlow(t)) => t,
+        Some(Framework::Torch(torch)) => return record_dataloader(opts, h, pid, torch, started),
     };
     info!(pid, tf = %target.tensorflow_version, "TensorFlow loaded");
     let (derived, cache_hit) = derive::derive(&target)?;
@@ -293,10 +307,11 @@ fn record_child(
     // From here on the child has opened the file (it maps it at load);
     // a later exec'd program would only find it gone and stay inert.
     let mut sink = EventSink::new(None)?.with_tap(opts.live.as_ref().map(|l| l.events.clone()));
-    let mut source = ShimSource::new(h, child, &target, &derived, &layout, opts.interval);
+    let interval = opts.interval.unwrap_or(MODEL_INTERVAL);
+    let mut source = ShimSource::new(h, child, &target, &derived, &layout, interval);
     let loop_opts = LoopOpts {
         duration: opts.duration,
-        interval: Some(opts.interval),
+        interval: Some(interval),
         quiet: opts.quiet,
         started,
         cost: Some(crate::cost::Meter::shim(crate::cost::DEFAULT_BUDGET)),
@@ -317,21 +332,65 @@ fn record_child(
     }))
 }
 
-/// Waits until the child has TensorFlow's framework library mapped.
-fn wait_for_tensorflow(child: &mut Child, pid: i32) -> Result<Option<Target>> {
+/// A PyTorch job: its DataLoader through the same recording as `--pid`'s,
+/// on our child. The shim has nothing to do in it: it only forwards calls
+/// from now on, also should the job load TensorFlow later.
+fn record_dataloader(
+    opts: &RunOpts,
+    h: &abi::Header,
+    pid: i32,
+    torch: Torch,
+    started: Instant,
+) -> Result<Option<Recording>> {
+    h.state.store(abi::STATE_DISABLED, Ordering::Release);
+    info!(pid, torch = %torch.version, "PyTorch loaded");
+    let torch_opts = TorchOpts {
+        pid,
+        duration: opts.duration,
+        interval: opts.interval,
+        job: Job::Started,
+        quiet: opts.quiet,
+        save_events: None,
+        sample_hz: 0,
+        tap: opts.live.as_ref().map(|l| l.events.clone()),
+        budget: crate::cost::DEFAULT_BUDGET,
+    };
+    record_torch::record(&torch_opts, torch, started)
+}
+
+/// What the command loaded first.
+enum Framework {
+    TensorFlow(Target),
+    /// torch without TensorFlow.
+    Torch(Torch),
+}
+
+/// Waits until the child has TensorFlow's framework library mapped, or
+/// PyTorch's Python bindings without it. A Python job imports either
+/// seconds after it starts; no timeout, as the command may take long.
+fn wait_for_framework(child: &mut Child, pid: i32) -> Result<Option<Framework>> {
     loop {
         if STOP.load(Ordering::SeqCst) || exited(child) {
             return Ok(None);
         }
         match Target::open(pid) {
-            Ok(t) => return Ok(Some(t)),
-            Err(TargetError::NoTensorFlow { .. }) => {}
+            Ok(t) => return Ok(Some(Framework::TensorFlow(t))),
+            Err(TargetError::NoTensorFlow { .. }) => {
+                if let Some(torch) = crate::torch::find(pid) {
+                    return Ok(Some(Framework::Torch(torch)));
+                }
+            }
             // Exiting between our checks.
             Err(TargetError::NoSuchProcess(_)) => return Ok(None),
             Err(e) if exited(child) => {
                 debug!("target gone: {e}");
                 return Ok(None);
             }
+            // Our own child is open to us unless it closed itself: the
+            // `--pid` hint (root, capabilities) is not the news here.
+            Err(TargetError::Permission { what, source, .. }) => bail!(
+                "cannot read the command's process {pid} (/proc/{pid}/{what}: {source}): it changed its user or made itself non-dumpable (a setuid or file-capability program, prctl PR_SET_DUMPABLE), which closes it to its parent; record it as root instead: sudo plumber-probe --pid {pid}"
+            ),
             Err(e) => return Err(e.into()),
         }
         std::thread::sleep(Duration::from_millis(100));

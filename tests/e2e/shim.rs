@@ -29,12 +29,12 @@ pub(crate) fn build_shim() {
 }
 
 /// `setpriv` to uid 65534 with no groups and no capabilities, except
-/// CAP_DAC_READ_SEARCH (ambient) when the interpreter or the binary is
-/// not reachable by that user otherwise (a virtualenv whose Python lives
-/// under root's 0700 home). That capability only bypasses file read and
-/// directory search checks: it grants no ptrace access, so the memory
-/// reads are still those of an ordinary user on its own child.
-fn unprivileged() -> Vec<String> {
+/// CAP_DAC_READ_SEARCH (ambient) when the interpreter `python` or the
+/// binary is not reachable by that user otherwise (a virtualenv whose
+/// Python lives under root's 0700 home). That capability only bypasses
+/// file read and directory search checks: it grants no ptrace access, so
+/// the memory reads are still those of an ordinary user on its own child.
+pub(crate) fn unprivileged(python: &Path) -> Vec<String> {
     require_root();
     let base = [
         "setpriv",
@@ -51,7 +51,7 @@ fn unprivileged() -> Vec<String> {
             "-c",
             "test -x \"$0\" && test -r \"$1\" && \"$0\" -c pass",
         ])
-        .arg(python())
+        .arg(python)
         .arg(probe_bin())
         .output()
         .is_ok_and(|o| o.status.success());
@@ -71,17 +71,22 @@ fn unprivileged() -> Vec<String> {
 }
 
 /// A directory the unprivileged user can write.
-fn shared_dir(tag: &str) -> TestDir {
+pub(crate) fn shared_dir(tag: &str) -> TestDir {
     let d = tempdir(tag);
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     d
 }
 
 /// Runs `cmd` as the unprivileged user, under `plumber-probe run` when
-/// `probe_args` is Some.
-fn run_as_nobody(dir: &Path, probe_args: Option<&[&str]>, cmd: &[&str]) -> Output {
+/// `probe_args` is Some; `python`: the interpreter it needs to reach.
+pub(crate) fn run_as_nobody(
+    dir: &Path,
+    python: &Path,
+    probe_args: Option<&[&str]>,
+    cmd: &[&str],
+) -> Output {
     build_shim();
-    let mut argv = unprivileged();
+    let mut argv = unprivileged(python);
     if let Some(args) = probe_args {
         argv.push(probe_bin().display().to_string());
         argv.push("run".into());
@@ -100,14 +105,14 @@ fn run_as_nobody(dir: &Path, probe_args: Option<&[&str]>, cmd: &[&str]) -> Outpu
         .expect("run as uid 65534")
 }
 
-fn lines(o: &Output) -> Vec<String> {
+pub(crate) fn lines(o: &Output) -> Vec<String> {
     String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(String::from)
         .collect()
 }
 
-fn workload(script: &str) -> String {
+pub(crate) fn workload(script: &str) -> String {
     repo()
         .join("tests/workloads")
         .join(script)
@@ -147,6 +152,7 @@ fn run_unprivileged_counts_match_ground_truth() {
     let script = workload("tfrecord_image.py");
     let o = run_as_nobody(
         &dir,
+        &python(),
         Some(&["--duration", "5", "-q", "-o", out.to_str().expect("utf-8")]),
         &[&py, &script, "--seconds", "8"],
     );
@@ -239,8 +245,8 @@ fn run_without_tensorflow_is_transparent() {
             "cat /etc/hostname >/dev/null; kill -TERM $$",
         ][..],
     ] {
-        let plain = run_as_nobody(&dir, None, cmd);
-        let under = run_as_nobody(&dir, Some(&["-q", "-o", out]), cmd);
+        let plain = run_as_nobody(&dir, &python(), None, cmd);
+        let under = run_as_nobody(&dir, &python(), Some(&["-q", "-o", out]), cmd);
         assert_eq!(
             under.status.code(),
             plain.status.code().or(Some(128 + 15)),
@@ -249,6 +255,41 @@ fn run_without_tensorflow_is_transparent() {
         assert_eq!(under.stdout, plain.stdout, "{cmd:?} stdout");
         assert_eq!(under.stderr, plain.stderr, "{cmd:?} stderr");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A command that closes itself to its parent (non-dumpable) cannot be
+/// read without privileges: one line says so and what to do instead, and
+/// the command runs on with its own exit status.
+#[test]
+fn run_names_a_command_closed_to_it() {
+    let dir = shared_dir("shim-closed");
+    let out = dir.join("out");
+    let cmd = [
+        "/usr/bin/python3",
+        "-c",
+        "import ctypes, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); time.sleep(1); print('ran')",
+    ];
+    let o = run_as_nobody(
+        &dir,
+        &python(),
+        Some(&["-q", "-o", out.to_str().expect("utf-8")]),
+        &cmd,
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(lines(&o), ["ran"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let errs: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("plumber-probe:"))
+        .collect();
+    assert_eq!(errs.len(), 1, "{stderr}");
+    assert!(
+        errs[0].contains("cannot read the command's process")
+            && errs[0].contains("non-dumpable")
+            && errs[0].contains("sudo plumber-probe --pid"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -287,8 +328,8 @@ fn run_keeps_results_identical() {
             "--fork-workers",
             workers,
         ];
-        let plain = run_as_nobody(&dir, None, &cmd);
-        let under = run_as_nobody(&dir, Some(&["-q", "-o", out]), &cmd);
+        let plain = run_as_nobody(&dir, &python(), None, &cmd);
+        let under = run_as_nobody(&dir, &python(), Some(&["-q", "-o", out]), &cmd);
         for (what, o) in [("plain", &plain), ("under the shim", &under)] {
             assert_eq!(
                 o.status.code(),
@@ -315,6 +356,7 @@ fn run_measures_gil_wait() {
     let script = workload("py_function.py");
     let o = run_as_nobody(
         &dir,
+        &python(),
         Some(&["--duration", "4", "-q", "-o", out.to_str().expect("utf-8")]),
         &[&py, &script, "--seconds", "7"],
     );
@@ -380,7 +422,7 @@ fn agrees_with_pid_mode(e: &crate::pipelines::Expect) {
     // exits 0; the workload's own limit is a backstop.
     let args: Vec<String> = vec!["--seconds".into(), (e.seconds + 30.0).to_string()];
     build_shim();
-    let mut wrapper = unprivileged();
+    let mut wrapper = unprivileged(&python());
     wrapper.extend([
         "env".into(),
         format!("HOME={}", dir.display()),

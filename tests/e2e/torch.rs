@@ -1,17 +1,50 @@
 //! PyTorch DataLoader jobs (tests/workloads/torch_*.py, torch from PyPI in
-//! .venv-torch): the probe attached by PID finds the loader and its
+//! .venv-torch): the probe attached by PID, or starting the job with
+//! `plumber-probe run` as an unprivileged user, finds the loader and its
 //! workers, and its batches, samples and data stall agree with what the
 //! training loop counted itself.
+
+use std::path::Path;
 
 use serde_json::Value;
 
 use crate::harness::{gt_at_lines, record_out, tempdir, torch_python, Workload};
+use crate::shim::{lines as stdout_lines, run_as_nobody, shared_dir, workload};
 
 /// What one recording of a workload is checked against.
 struct Case<'a> {
     script: &'a str,
     args: &'a [&'a str],
     seconds: f64,
+}
+
+/// Epochs of 64 batches: the count misses at most what the loop takes in
+/// one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of a
+/// 64-batch epoch at worst.
+const EPOCH_SAMPLES: &str = "1024";
+
+impl Case<'_> {
+    fn who(&self) -> String {
+        format!("{} {}", self.script, self.args.join(" "))
+    }
+
+    /// A directory name for the case.
+    fn tag(&self) -> String {
+        format!(
+            "torch-{}-{}",
+            self.script.trim_end_matches(".py"),
+            self.args.join("-")
+        )
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+    }
 }
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -58,32 +91,28 @@ fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
     }
 }
 
-/// Records the case and compares dataloader.json with the loop's own
-/// counts over the same window; returns the summary.
+/// Records the case by PID and compares dataloader.json with the loop's
+/// own counts over the same window; returns the summary.
 fn check(case: &Case) -> Value {
-    // Epochs of 64 batches: the count misses at most what the loop takes
-    // in one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of
-    // a 64-batch epoch at worst.
-    let mut args = vec!["--seconds", "600", "--epoch-samples", "1024"];
+    let mut args = vec!["--seconds", "600", "--epoch-samples", EPOCH_SAMPLES];
     args.extend_from_slice(case.args);
     let w = Workload::start_in(&[], &torch_python(), case.script, &args);
-    let tag: String = format!(
-        "torch-{}-{}",
-        case.script.trim_end_matches(".py"),
-        case.args.join("-")
-    )
-    .chars()
-    .map(|c| {
-        if c.is_ascii_alphanumeric() || c == '-' {
-            c
-        } else {
-            '_'
-        }
-    })
-    .collect();
-    let dir = tempdir(&tag);
+    let dir = tempdir(&case.tag());
     let out = record_out(&w, case.seconds, &dir, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    agrees_with_loop(case, &dir, &stdout, |t1| lines_past(&w, t1))
+}
+
+/// Compares the recording in `dir` (dataloader.json, stages.folded) and
+/// the probe's `stdout` with the loop's own counts over the same window;
+/// `lines(t)`: the workload's lines once they cover the instant t.
+/// Returns the summary.
+fn agrees_with_loop(
+    case: &Case,
+    dir: &Path,
+    stdout: &str,
+    lines: impl FnOnce(i64) -> Vec<String>,
+) -> Value {
     let text = std::fs::read_to_string(dir.join("dataloader.json"))
         .unwrap_or_else(|e| panic!("no dataloader.json ({e}); stdout:\n{stdout}"));
     let d: Value = serde_json::from_str(&text).expect("dataloader.json");
@@ -91,9 +120,9 @@ fn check(case: &Case) -> Value {
         d["start_wall_ns"].as_i64().expect("start_wall_ns"),
         d["end_wall_ns"].as_i64().expect("end_wall_ns"),
     );
-    let lines = lines_past(&w, t1);
+    let lines = lines(t1);
     let gt = |key: &str| gt_at_lines(&lines, t1, key) - gt_at_lines(&lines, t0, key);
-    let who = format!("{} {}", case.script, case.args.join(" "));
+    let who = case.who();
     let (batches, want) = (num(&d, "batches"), gt("root"));
     eprintln!("{who}: batches {batches} vs the loop's {want:.1}");
     assert!(
@@ -105,6 +134,7 @@ fn check(case: &Case) -> Value {
         "{who}: {batches} batches, the loop counted {want:.1}\n{stdout}"
     );
     let (samples, want_samples) = (num(&d, "samples"), gt("elems"));
+    eprintln!("{who}: samples {samples} vs the loop's {want_samples:.1}");
     assert!(
         (samples - want_samples).abs() <= 0.03 * want_samples + num(&d, "batch_size"),
         "{who}: {samples} samples, the loop counted {want_samples:.1}"
@@ -222,6 +252,70 @@ fn dataloader_spawned_persistent_workers() {
         ],
         seconds: 8.0,
     });
+}
+
+/// `plumber-probe run` as an unprivileged user (uid 65534, no
+/// capabilities but file reads where the interpreter needs them) starts
+/// the image folder job, with two workers and without: the same counts
+/// against the loop's own as by PID. The job writes its images where that
+/// user may, once for both runs.
+#[test]
+fn dataloader_under_run_unprivileged() {
+    let dir = shared_dir("torch-run");
+    let py = torch_python();
+    let data = dir.join("images");
+    let script = workload("torch_image.py");
+    for nw in ["2", "0"] {
+        let case = Case {
+            script: "torch_image.py",
+            args: &["--num-workers", nw, "--batch-size", "16"],
+            seconds: 8.0,
+        };
+        let out = dir.join(case.tag());
+        // The job runs on past the window: its lines then cover it.
+        let seconds = (case.seconds + 6.0).to_string();
+        let mut cmd = vec![
+            py.to_str().expect("utf-8"),
+            &script,
+            "--seconds",
+            &seconds,
+            "--epoch-samples",
+            EPOCH_SAMPLES,
+            "--data",
+            data.to_str().expect("utf-8"),
+        ];
+        cmd.extend_from_slice(case.args);
+        let duration = case.seconds.to_string();
+        let probe_args = [
+            "--duration",
+            &duration,
+            "-q",
+            "-o",
+            out.to_str().expect("utf-8"),
+        ];
+        let o = run_as_nobody(&dir, &py, Some(&probe_args), &cmd);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        let who = format!("run {}", case.who());
+        assert_eq!(o.status.code(), Some(0), "{who}: {stderr}");
+        let info = crate::harness::read_snapshot(&out.join("stats.pb"))
+            .probe_info
+            .expect("probe_info");
+        assert_eq!(info.mode, "dataloader", "{who}");
+        assert!(!info.partial, "{who}: the window ended before the job");
+        let lines = stdout_lines(&o);
+        agrees_with_loop(&case, &out, &stdout, |_| lines);
+        // What the recording cost: the probe process against the job's
+        // processes (no BPF, no shim in the job).
+        let cost = stdout
+            .lines()
+            .find(|l| l.starts_with("probe cost:"))
+            .unwrap_or_else(|| panic!("{who}: no probe cost line:\n{stdout}"));
+        eprintln!("{who}: {cost}");
+        assert!(cost.contains("probe process"), "{who}: {cost}");
+    }
 }
 
 #[test]

@@ -1,10 +1,11 @@
-//! `--pid` on a PyTorch training process: its DataLoader as a pipeline.
-//! Nothing is attached to the target: the loader's iterator object is
-//! found in the training loop's frames and read at every sampler tick
-//! (`crate::torch::loader`), the stage sampler reads every thread's Python
-//! stack in the training process and its workers (`crate::torch::sampler`),
-//! and each poll turns what they saw into the pipeline's nodes (the stages,
-//! docs/stats-format.md "PyTorch") and a `DataLoader` event.
+//! A PyTorch training process (`--pid`, or `run`'s own command): its
+//! DataLoader as a pipeline. Nothing is attached to the target: the
+//! loader's iterator object is found in the training loop's frames and
+//! read at every sampler tick (`crate::torch::loader`), the stage sampler
+//! reads every thread's Python stack in the training process and its
+//! workers (`crate::torch::sampler`), and each poll turns what they saw
+//! into the pipeline's nodes (the stages, docs/stats-format.md "PyTorch")
+//! and a `DataLoader` event.
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +16,9 @@ use tracing::debug;
 
 use crate::cost::Thin;
 use crate::python::PyProcess;
-use crate::recording::{Prepared, Round, Source};
+use crate::recording::{Prepared, Round, Source, Stop};
 use crate::sink::EventSink;
+use crate::stop::STOP;
 use crate::target::{self, Target};
 use crate::torch::sampler::{Folded, Observed, StageNs, StageSampler};
 use crate::torch::stage::Stage;
@@ -35,12 +37,29 @@ const LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Failed looks in a row before the recording fails.
 const MAX_FAILURES: u32 = 10;
 
+/// Who started the job, which says how long to look for its loader and
+/// what its exit means.
+#[derive(Debug, Clone, Copy)]
+pub enum Job {
+    /// `--pid`: a running process, whose loop should already iterate its
+    /// loader. Not found within the timeout, or the target gone or the
+    /// user stopping first, fails the recording; the target's exit cuts
+    /// a recording short (partial).
+    Attached { discovery_timeout: Duration },
+    /// `run -- CMD`: our own child, which may take long to start training
+    /// (as `run` waits for a tf.data pipeline). Looked for as long as it
+    /// runs; its exit, or a stop, before the loader is found ends the
+    /// recording with nothing recorded, and its exit is the recording's
+    /// end (partial only when a duration was asked for).
+    Started,
+}
+
 pub struct DataLoaderSource {
     target: Target,
     torch: Torch,
     py: PyProcess,
     sampler: Option<StageSampler>,
-    discovery_timeout: Duration,
+    job: Job,
     started: Instant,
     hz: u32,
     thin: Thin,
@@ -52,20 +71,13 @@ pub struct DataLoaderSource {
 }
 
 impl DataLoaderSource {
-    pub fn new(
-        target: Target,
-        torch: Torch,
-        py: PyProcess,
-        discovery_timeout: Duration,
-        hz: u32,
-        thin: Thin,
-    ) -> Self {
+    pub fn new(target: Target, torch: Torch, py: PyProcess, job: Job, hz: u32, thin: Thin) -> Self {
         DataLoaderSource {
             target,
             torch,
             py,
             sampler: None,
-            discovery_timeout,
+            job,
             started: Instant::now(),
             hz,
             thin,
@@ -311,18 +323,22 @@ impl Source for DataLoaderSource {
                 Err(e) => return Err(e),
             }
         }
-        if self.started.elapsed() > self.discovery_timeout {
-            bail!(
-                "no DataLoader iterator found in process {} within {:.0} s: is its training loop iterating a torch.utils.data.DataLoader? (plumber-probe finds the loader in the loop's frames once it runs)",
-                self.target.pid,
-                self.discovery_timeout.as_secs_f64()
-            );
-        }
-        if !target::alive(self.target.pid) {
-            bail!(
-                "target process {} exited before its DataLoader was found",
-                self.target.pid
-            );
+        let pid = self.target.pid;
+        let gone = !target::alive(pid);
+        let stopped = STOP.load(std::sync::atomic::Ordering::SeqCst);
+        match self.job {
+            Job::Started if stopped => return Ok(Prepared::End(Stop::Signal)),
+            Job::Started if gone => return Ok(Prepared::End(Stop::TargetExited)),
+            Job::Started => {}
+            Job::Attached { .. } if stopped => bail!("interrupted before the DataLoader was found"),
+            Job::Attached { discovery_timeout } if self.started.elapsed() > discovery_timeout => bail!(
+                "no DataLoader iterator found in process {pid} within {:.0} s: is its training loop iterating a torch.utils.data.DataLoader? (plumber-probe finds the loader in the loop's frames once it runs)",
+                discovery_timeout.as_secs_f64()
+            ),
+            Job::Attached { .. } if gone => {
+                bail!("target process {pid} exited before its DataLoader was found")
+            }
+            Job::Attached { .. } => {}
         }
         std::thread::sleep(LOOK_AGAIN);
         Ok(Prepared::Again)
@@ -347,6 +363,13 @@ impl Source for DataLoaderSource {
 
     fn default_interval(&self) -> Duration {
         INTERVAL
+    }
+
+    fn exit_end(&self, has_duration: bool) -> (bool, &'static str) {
+        match self.job {
+            Job::Attached { .. } => (true, "target exited"),
+            Job::Started => (has_duration, "command exited"),
+        }
     }
 
     fn finish(&mut self, _sink: &mut EventSink) -> Result<Vec<DropCount>> {

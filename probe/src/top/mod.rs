@@ -390,7 +390,7 @@ fn top_command(a: &TopArgs, log: HeldLog) -> Result<ExitCode> {
     let result = crate::run::run(&crate::run::RunOpts {
         command: a.command.clone(),
         duration: None,
-        interval: Duration::from_millis(a.interval_ms.max(10)),
+        interval: Some(Duration::from_millis(a.interval_ms.max(10))),
         quiet: true,
         output,
         live: Some(live),
