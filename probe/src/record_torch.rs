@@ -79,6 +79,6 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Record
         time_to_first_data: ended.time_to_first_data.unwrap_or(0.0),
         cache_hit: false,
         stacks: None,
-        stage_stacks: source.stage_stacks(),
+        stages: Some(source.stage_recording()),
     })
 }
