@@ -263,16 +263,31 @@ fn tick_step(range: u64) -> u64 {
         .unwrap_or(10 * mag)
 }
 
-pub(super) fn section(s: &mut String, t: &Timeline) {
+/// The timeline's section; `dataloader`: the spans are a DataLoader's
+/// stages, not ops.
+pub(super) fn section(s: &mut String, t: &Timeline, dataloader: bool) {
     s.push_str("<section id=\"timeline\"><h2>Timeline</h2>\n");
     if t.threads.is_empty() {
         s.push_str("<p>No op spans in this recording.</p>\n</section>\n");
         return;
     }
     let drawn: usize = t.threads.iter().map(|th| th.bars.len()).sum();
+    let (lead, what) = if dataloader {
+        (
+            "Which stage each thread of the training process and of each worker process was in",
+            "stage",
+        )
+    } else {
+        ("Which op ran on which thread", "op")
+    };
+    let nesting = if dataloader {
+        "Each row is labelled with its process's pid."
+    } else {
+        "Nested spans (an op calling its input) sit in lanes below their parent."
+    };
     let _ = writeln!(
         s,
-        "<p class=\"hint\">Which op ran on which thread over {} ({} spans on {} threads). Nested spans (an op calling its input) sit in lanes below their parent. {} bars drawn: {} spans less than a pixel apart merged{}{}. Hover a bar for its op and length.</p>",
+        "<p class=\"hint\">{lead} over {} ({} spans on {} threads). {nesting} {} bars drawn: {} spans less than a pixel apart merged{}{}. Hover a bar for its {what} and length.</p>",
         dur(t.end_ns - t.start_ns),
         t.spans,
         t.threads.len() + t.threads_left_out,
