@@ -161,27 +161,28 @@ fn check(case: &Case) -> Value {
             "{who}: no [get item] stack with the dataset's __getitem__ in stages.folded"
         );
         assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
-        check_trace(&dir, &who, w.pid, &announced);
+        check_trace(&dir, &who, w.pid, &announced, &d);
         check_profile(&dir, &who, &folded, !announced.is_empty());
     }
     d
 }
 
-/// The stage names trace.json's spans may have.
-const STAGES: &[&str] = &[
-    "waiting for data",
-    "get item",
-    "collate",
-    "send",
-    "idle",
-    "pin memory",
-    "training step",
+/// dataloader.json's stage keys and the names trace.json's spans have.
+const STAGES: &[(&str, &str)] = &[
+    ("wait", "waiting for data"),
+    ("get_item", "get item"),
+    ("collate", "collate"),
+    ("send", "send"),
+    ("idle", "idle"),
+    ("pin_memory", "pin memory"),
+    ("other", "training step"),
 ];
 
 /// trace.json: a process for the training loop and one for each worker
 /// the workload announced, named as Perfetto shows them, each with spans
-/// named by stage that never overlap on one thread.
-fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64]) {
+/// named by stage that never overlap on one thread, and whose time per
+/// stage is what dataloader.json (`d`) counted.
+fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64], d: &Value) {
     let trace: Value =
         serde_json::from_slice(&std::fs::read(dir.join("trace.json")).expect("trace.json"))
             .expect("trace.json is JSON");
@@ -193,14 +194,21 @@ fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64]) {
         .collect();
     let mut spans: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
     let mut stages: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    // Span time per stage key: the training loop's, the workers'.
+    let mut time: [BTreeMap<&str, f64>; 2] = Default::default();
     for e in events.iter().filter(|e| e["ph"] == "X") {
         let name = e["name"].as_str().expect("name");
-        assert!(STAGES.contains(&name), "{who}: span of no stage: {e}");
+        let key = STAGES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(k, _)| *k)
+            .unwrap_or_else(|| panic!("{who}: span of no stage: {e}"));
         assert_eq!(e["cat"], "dataloader", "{who}: {e}");
         assert!(
             e["args"]["function"]
                 .as_str()
-                .is_some_and(|f| f.contains(" (") && f.ends_with(')')),
+                .is_some_and(|f| (f.contains(" (") && f.ends_with(')'))
+                    || f == "[no Python frame]"),
             "{who}: span without its Python function: {e}"
         );
         let (pid, tid) = (
@@ -213,6 +221,26 @@ fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64]) {
         );
         spans.entry((pid, tid)).or_default().push((ts, ts + dur));
         stages.entry(pid).or_default().push(name);
+        // The training loop's thread (its tid is the pid), the workers'
+        // threads; not the pin-memory thread, which dataloader.json keeps
+        // apart.
+        let t = i64::from(training);
+        if pid != t || tid == t {
+            *time[usize::from(pid != t)].entry(key).or_default() += dur;
+        }
+    }
+    // A tick's time goes to the thread's stage and to its span alike; the
+    // spans cover the sampler's whole run, dataloader.json the window.
+    for (t, summary) in time.iter().zip(["training", "workers_stages"]) {
+        let total: f64 = t.values().sum();
+        for (key, _) in STAGES {
+            let share = t.get(key).map_or(0.0, |v| v / total);
+            let want = d[summary][key].as_f64().unwrap_or(0.0);
+            assert!(
+                (share - want).abs() <= 0.05,
+                "{who}: {key}: {share:.3} of the {summary} spans' time, dataloader.json says {want:.3}"
+            );
+        }
     }
     let n: usize = spans.values().map(Vec::len).sum();
     eprintln!(

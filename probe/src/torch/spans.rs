@@ -89,6 +89,10 @@ struct Raw {
 
 const NO_LEAF: u32 = u32::MAX;
 
+/// The function of a span whose thread had no Python frame (running C
+/// code outside any Python call).
+pub const NO_FRAME: &str = "[no Python frame]";
+
 /// The spans of a recording, built tick by tick.
 #[derive(Default)]
 pub struct StageSpans {
@@ -217,7 +221,10 @@ impl StageSpans {
                     process_name: t.process.to_string(),
                     tid: t.tid,
                     thread_name: t.thread.clone(),
-                    op_path: leaves.get(r.leaf as usize).cloned().unwrap_or_default(),
+                    op_path: leaves
+                        .get(r.leaf as usize)
+                        .cloned()
+                        .unwrap_or_else(|| NO_FRAME.to_string()),
                     op_name: r.stage.title().to_string(),
                     start_ns: r.start_ns,
                     end_ns: r.end_ns,
@@ -236,7 +243,8 @@ mod tests {
         (name.into(), "/w/ds.py".into())
     }
 
-    /// One thread at a tick: (pid, thread, role, stage, leaf function).
+    /// One thread at a tick: (pid, thread, role, stage, leaf function;
+    /// empty: no frame).
     type Tick = (i32, u64, Role, Stage, &'static str);
 
     /// Ticks of 20 ms from 1 s.
@@ -259,7 +267,7 @@ mod tests {
                         thread_id,
                         role,
                         stage,
-                        leaf: Some(&leaf),
+                        leaf: (!leaf.0.is_empty()).then_some(&leaf),
                     },
                     start,
                     start + 20_000_000,
@@ -308,6 +316,8 @@ mod tests {
                     (101, 1, w0, GetItem, "resize"),
                     (102, 1, WorkerLoop(1), Idle, "poll"),
                 ],
+                // No Python frame: C code outside any call.
+                &[(100, 7, TrainingLoop, Other, "")],
             ],
             0,
         );
@@ -317,6 +327,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
+                (100, 100, "training step", "[no Python frame]", 100, 120),
                 (100, 100, "training step", "forward (ds.py)", 40, 100),
                 (100, 100, "waiting for data", "get (ds.py)", 0, 40),
                 (101, 1, "send", "send_bytes (ds.py)", 20, 40),
