@@ -145,22 +145,7 @@ fn write_stacks(
         st.pid, st.hz, st.complete_pct
     )];
     opts.trace.pid = st.pid as u32;
-    let mut flamegraphs = Vec::new();
-    for f in render_stack_outputs(&st.agg, &st.spans, &opts).files {
-        match f.contents {
-            Ok(bytes) => {
-                files.write(&f.name, &bytes);
-                // report.html shows the same flamegraphs.
-                if let Some(kind) = f.name.strip_suffix(".svg") {
-                    flamegraphs.push((
-                        kind.to_string(),
-                        String::from_utf8_lossy(&bytes).into_owned(),
-                    ));
-                }
-            }
-            Err(e) => files.not_written(&f.name, e.to_string()),
-        }
-    }
+    let flamegraphs = write_rendered(files, render_stack_outputs(&st.agg, &st.spans, &opts));
     println!(
         "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
         st.samples, st.complete_pct
@@ -174,12 +159,12 @@ fn write_stacks(
 /// A DataLoader recording's stage outputs: stages.folded and stages.svg
 /// (where the training loop's and the workers' wall time went, by stage,
 /// process and Python function), profile.pb.gz (the same stacks, wall
-/// time) and trace.json (a track per thread, a process per worker). The
-/// flamegraph for report.html.
+/// time) and trace.json (a track per thread, a process per worker); the
+/// flamegraph, for report.html.
 fn write_stage_outputs(
     files: &mut Outputs,
     st: &crate::recording::StageRecording,
-) -> Option<(String, String)> {
+) -> Vec<(String, String)> {
     use plumber_analyzer::flamegraph::{
         render_labeled_outputs, FlameOptions, LabeledOutputOptions,
     };
@@ -206,14 +191,23 @@ fn write_stage_outputs(
     opts.stack.trace.pid = st.pid as u32;
     opts.stack.trace.category = "dataloader".into();
     opts.stack.trace.path_arg = "function".into();
-    let mut flamegraph = None;
-    for f in render_labeled_outputs(&st.stacks, &st.spans, &opts).files {
+    write_rendered(files, render_labeled_outputs(&st.stacks, &st.spans, &opts))
+}
+
+/// Writes rendered stack outputs (or says why one was not); returns the
+/// flamegraphs, `(kind, SVG)`, which report.html shows too.
+fn write_rendered(
+    files: &mut Outputs,
+    rendered: plumber_analyzer::flamegraph::StackOutputs,
+) -> Vec<(String, String)> {
+    let mut flamegraphs = Vec::new();
+    for f in rendered.files {
         match f.contents {
             Ok(bytes) => {
                 files.write(&f.name, &bytes);
-                if f.name == "stages.svg" {
-                    flamegraph = Some((
-                        "stages".to_string(),
+                if let Some(kind) = f.name.strip_suffix(".svg") {
+                    flamegraphs.push((
+                        kind.to_string(),
                         String::from_utf8_lossy(&bytes).into_owned(),
                     ));
                 }
@@ -221,7 +215,7 @@ fn write_stage_outputs(
             Err(e) => files.not_written(&f.name, e.to_string()),
         }
     }
-    flamegraph
+    flamegraphs
 }
 
 /// report.html: the analysis, the flamegraphs and the timeline on one

@@ -347,25 +347,16 @@ impl Run {
         let dt = end_ns.saturating_sub(start_ns);
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
-        let pid = self.training.pid;
-        let seen = |role, stage, s: &Stack, rec: &mut Recorder| {
-            let seen = Seen {
-                pid,
-                process: &self.training_name,
-                thread_id: s.thread_id,
-                role,
-                stage,
-                leaf: s.frames.last(),
-            };
-            rec.record(&seen, s, start_ns, end_ns);
-        };
+        let (pid, name) = (self.training.pid, &self.training_name);
         if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
             if let Some(s) = training.iter().find(|s| s.thread_id == t) {
-                seen(Role::TrainingLoop, st, s, &mut self.recorder);
+                let seen = seen(pid, name, Role::TrainingLoop, st, s);
+                self.recorder.record(&seen, s, start_ns, end_ns);
             }
         }
         if let Some((st, s)) = pin {
-            seen(Role::PinMemory, st, s, &mut self.recorder);
+            let seen = seen(pid, name, Role::PinMemory, st, s);
+            self.recorder.record(&seen, s, start_ns, end_ns);
         }
         let mut workers = Vec::new();
         for (&pid, w) in self.workers.iter_mut() {
@@ -377,14 +368,7 @@ impl Run {
                     } else {
                         Role::Feeder(w.id)
                     };
-                    let seen = Seen {
-                        pid,
-                        process: &w.name,
-                        thread_id: s.thread_id,
-                        role,
-                        stage: st,
-                        leaf: s.frames.last(),
-                    };
+                    let seen = seen(pid, &w.name, role, st, s);
                     self.recorder.record(&seen, s, start_ns, end_ns);
                 }
                 workers.push((
@@ -446,6 +430,18 @@ impl Run {
             .loop_thread
             .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st));
         (loop_stage, pin)
+    }
+}
+
+/// Thread `s` of process `pid` in `stage` at a tick.
+fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a Stack) -> Seen<'a> {
+    Seen {
+        pid,
+        process,
+        thread_id: s.thread_id,
+        role,
+        stage,
+        leaf: s.frames.last(),
     }
 }
 
