@@ -17,13 +17,17 @@ fn spans_of_trace(text: &str) -> Result<Vec<Span>, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let base = v["otherData"]["base_ns"].as_u64().unwrap_or(0);
     let events = v["traceEvents"].as_array().ok_or("no traceEvents")?;
-    let mut names: HashMap<u64, String> = HashMap::new();
+    let mut names: HashMap<(u64, u64), String> = HashMap::new();
     for e in events
         .iter()
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
     {
-        if let (Some(tid), Some(n)) = (e["tid"].as_u64(), e["args"]["name"].as_str()) {
-            names.insert(tid, n.to_string());
+        if let (Some(pid), Some(tid), Some(n)) = (
+            e["pid"].as_u64(),
+            e["tid"].as_u64(),
+            e["args"]["name"].as_str(),
+        ) {
+            names.insert((pid, tid), n.to_string());
         }
     }
     let ns = |x: &serde_json::Value| (x.as_f64().unwrap_or(0.0) * 1000.0).round() as u64;
@@ -31,15 +35,20 @@ fn spans_of_trace(text: &str) -> Result<Vec<Span>, String> {
         .iter()
         .filter(|e| e["ph"] == "X")
         .map(|e| {
-            let tid = e["tid"].as_u64().unwrap_or(0);
+            let (pid, tid) = (
+                e["pid"].as_u64().unwrap_or(0),
+                e["tid"].as_u64().unwrap_or(0),
+            );
             let start = base + ns(&e["ts"]);
             Span {
+                pid: pid as u32,
                 tid: tid as u32,
-                thread_name: names.get(&tid).cloned().unwrap_or_default(),
+                thread_name: names.get(&(pid, tid)).cloned().unwrap_or_default(),
                 op_path: e["args"]["op_path"].as_str().unwrap_or("").to_string(),
                 op_name: e["name"].as_str().unwrap_or("").to_string(),
                 start_ns: start,
                 end_ns: start + ns(&e["dur"]),
+                ..Default::default()
             }
         })
         .collect())

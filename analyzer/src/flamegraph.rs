@@ -18,7 +18,10 @@ use std::collections::HashMap;
 use inferno::flamegraph::color::{BasicPalette, Palette};
 use plumber_collector::stacks::{folded_lines, FoldedKind, StackAggregator, StacksError};
 
-pub use outputs::{render_stack_outputs, OutputFile, StackOutputOptions, StackOutputs};
+pub use outputs::{
+    render_labeled_outputs, render_stack_outputs, LabeledOutputOptions, OutputFile,
+    StackOutputOptions, StackOutputs,
+};
 
 /// How to draw one flamegraph.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -62,7 +62,7 @@ pub fn render_html(input: &HtmlInput<'_>) -> String {
     flames::flamegraphs(&mut s, r, input.flamegraphs);
     if !input.spans.is_empty() {
         let t = Timeline::from_spans(input.spans, MAX_BARS);
-        timeline::section(&mut s, &t);
+        timeline::section(&mut s, &t, crate::render_text::is_dataloader(r));
     }
     recording(&mut s, r, input.recording);
     s.push_str("<script>\n");

@@ -313,7 +313,7 @@ fn prefetch_line(s: &mut String, r: &Report) {
 }
 
 /// The report is of a PyTorch DataLoader chain.
-fn is_dataloader(r: &Report) -> bool {
+pub(crate) fn is_dataloader(r: &Report) -> bool {
     r.nodes
         .iter()
         .any(|n| crate::ops::is_dataloader(&n.measured.op))

@@ -6,7 +6,7 @@
 mod common;
 
 use plumber_analyzer::synth::{SynthOp, SynthPipeline};
-use plumber_analyzer::{analyze, render_text, MachineOverrides, Report};
+use plumber_analyzer::{analyze, render_html, render_text, HtmlInput, MachineOverrides, Report};
 
 const BATCH: i64 = 32;
 
@@ -249,4 +249,41 @@ fn receiving_through_descriptors_names_the_sharing_strategy() {
         .expect("analyze")
         .into_report();
     assert!(rec(&r, "ipc").is_none());
+}
+
+/// report.html's timeline of a DataLoader recording: its stages, a row
+/// per thread of each process, labelled with the process's pid.
+#[test]
+fn report_html_timeline_of_the_stages() {
+    let r = report(&loader(600, 50.0, 6.0, 2, 4), &MachineOverrides::default());
+    let spans = plumber_collector::stacks::synth::demo_stage_spans();
+    let html = render_html(&HtmlInput {
+        report: &r,
+        flamegraphs: &[],
+        spans: &spans,
+        recording: &[],
+    });
+    let at = html.find("id=\"timeline\"").expect("timeline");
+    let timeline = &html[at..];
+    assert!(
+        timeline.contains(
+            "Which stage each thread of the training process and of each worker process was in"
+        ),
+        "{timeline}"
+    );
+    for row in [
+        "training loop · 4242",
+        "worker 0 · 4250",
+        "worker 1 · 4251",
+        "worker 1 feeder · 4251",
+    ] {
+        assert!(timeline.contains(row), "no row {row}");
+    }
+    let rows: Vec<usize> = ["training loop · 4242", "worker 0 · 4250", "worker 1 · 4251"]
+        .iter()
+        .map(|r| timeline.find(r).expect("row"))
+        .collect();
+    assert!(rows.windows(2).all(|w| w[0] < w[1]), "rows by process");
+    // The legend: 700 + 650 ms of get item.
+    assert!(timeline.contains("get item (1.35 s)"), "{timeline}");
 }

@@ -11,10 +11,12 @@ mod common;
 use std::path::Path;
 
 use plumber_analyzer::flamegraph::{
-    parse_folded, render_folded, render_stack_outputs, render_stacks, FlameOptions,
-    StackOutputOptions,
+    parse_folded, render_folded, render_labeled_outputs, render_stack_outputs, render_stacks,
+    FlameOptions, LabeledOutputOptions, StackOutputOptions,
 };
-use plumber_collector::stacks::synth::{demo_aggregator, demo_spans};
+use plumber_collector::stacks::synth::{
+    demo_aggregator, demo_spans, demo_stage_spans, demo_stage_stacks,
+};
 use plumber_collector::stacks::{folded_text, FoldedKind, TraceOptions};
 
 /// The fill of the frame whose tooltip starts with `name (`.
@@ -182,6 +184,7 @@ fn render_stack_outputs_renders_every_file() {
             pid: 4242,
             process_name: "python3 train.py".into(),
             base_ns: None,
+            ..Default::default()
         },
         ..Default::default()
     };
@@ -251,4 +254,36 @@ fn render_stack_outputs_renders_every_file() {
         .as_ref()
         .expect("text")
         .is_empty());
+}
+
+/// A DataLoader's stage stacks: their folded file and flamegraph under the
+/// name given, profile.pb.gz and trace.json from the same renderers.
+#[test]
+fn render_labeled_outputs_renders_every_file() {
+    let stacks = demo_stage_stacks();
+    let opts = LabeledOutputOptions {
+        name: "stages".into(),
+        sample_type: ("wall".into(), "nanoseconds".into()),
+        flame: FlameOptions::default(),
+        stack: StackOutputOptions::default(),
+    };
+    let out = render_labeled_outputs(&stacks, &demo_stage_spans(), &opts);
+    let names: Vec<&str> = out.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["stages.folded", "stages.svg", "profile.pb.gz", "trace.json"]
+    );
+    let folded =
+        String::from_utf8(out.files[0].contents.as_ref().expect("folded").clone()).expect("UTF-8");
+    let lines = parse_folded(folded.as_bytes()).expect("valid folded");
+    assert_eq!(lines.len(), stacks.len());
+    assert!(lines.iter().any(|l| l
+        .starts_with("[get item];worker 1 (pid 4251);_bootstrap (process.py);")
+        && l.ends_with(" 650000000")));
+    assert!(out.files.iter().all(|f| f.contents.is_ok()));
+    assert_eq!(out.trace_summary.spans, demo_stage_spans().len());
+    // No stacks: an empty folded file, no flamegraph, the rest.
+    let out = render_labeled_outputs(&[], &[], &opts);
+    let names: Vec<&str> = out.files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["stages.folded", "profile.pb.gz", "trace.json"]);
 }

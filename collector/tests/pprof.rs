@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use plumber_collector::stacks::pprof::proto::Profile;
-use plumber_collector::stacks::synth::{demo_aggregator, demo_samples};
+use plumber_collector::stacks::synth::{demo_aggregator, demo_samples, demo_stage_stacks};
 use plumber_collector::stacks::{
-    build_profile, encode_profile_gz, sanitize_frame, PprofOptions, StackAggregator, SAMPLE_TYPES,
+    build_labeled_profile, build_profile, encode_profile_gz, sanitize_frame, PprofOptions,
+    StackAggregator, SAMPLE_TYPES,
 };
 use prost::Message;
 
@@ -169,13 +170,12 @@ fn python() -> PathBuf {
     p
 }
 
-#[test]
-fn independent_decoder_reads_what_we_write() {
-    let agg = demo_aggregator();
-    let dir = std::env::temp_dir().join(format!("plumber-pprof-{}", std::process::id()));
+/// decode_pprof.py's summary of `profile`, with every stack.
+fn decoded(profile: &Profile, tag: &str) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("plumber-pprof-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("profile.pb.gz");
-    let bytes = encode_profile_gz(&build_profile(&agg, &opts())).expect("encode");
+    let bytes = encode_profile_gz(profile).expect("encode");
     std::fs::write(&file, bytes).expect("write");
     let o = Command::new(python())
         .arg(repo().join("tests/python/decode_pprof.py"))
@@ -185,7 +185,13 @@ fn independent_decoder_reads_what_we_write() {
         .expect("run decode_pprof.py");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+#[test]
+fn independent_decoder_reads_what_we_write() {
+    let agg = demo_aggregator();
+    let v = decoded(&build_profile(&agg, &opts()), "tf");
 
     assert_eq!(
         v["sample_types"],
@@ -249,5 +255,44 @@ fn independent_decoder_reads_what_we_write() {
             .map(|f| f.as_str().expect("name").to_string())
             .collect();
         assert!(ours.contains(&frames), "{frames:?}");
+    }
+}
+
+/// The DataLoader's stage stacks: one sample type, wall time; the stage
+/// and the process as root frames (as stages.folded has them) and as
+/// labels.
+#[test]
+fn labeled_stacks_decode_with_their_sample_type_and_labels() {
+    let stacks = demo_stage_stacks();
+    let p = build_labeled_profile(("wall", "nanoseconds"), &stacks, &opts());
+    let v = decoded(&p, "stages");
+    assert_eq!(
+        v["sample_types"],
+        serde_json::json!([["wall", "nanoseconds"]])
+    );
+    assert_eq!(v["default_sample_type"], "wall");
+    let total: u64 = stacks.iter().map(|s| s.value).sum();
+    assert_eq!(v["totals"]["wall"], total);
+    assert_eq!(v["num_samples"], stacks.len());
+    let by = |key: &str, value: &str| v["by_label"][key][value]["wall"].as_u64();
+    assert_eq!(by("stage", "get_item"), Some(1_350_000_000));
+    assert_eq!(by("process", "worker 0 (pid 4250)"), Some(800_000_000));
+    assert_eq!(by("pid", "4251"), Some(700_000_000));
+    for st in v["stacks"].as_array().expect("stacks") {
+        let frames: Vec<&str> = st["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| f.as_str().expect("name"))
+            .collect();
+        let ours = stacks
+            .iter()
+            .find(|s| s.frames == frames)
+            .unwrap_or_else(|| panic!("not one of ours: {frames:?}"));
+        assert_eq!(st["values"], serde_json::json!([ours.value]));
+        assert_eq!(
+            frames[1], st["labels"]["process"],
+            "the process frame is its label"
+        );
     }
 }

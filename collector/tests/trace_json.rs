@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use plumber_collector::stacks::synth::demo_spans;
+use plumber_collector::stacks::synth::{demo_spans, demo_stage_spans};
 use plumber_collector::stacks::{render_trace_json, Span, TraceOptions};
 use serde_json::{json, Value};
 
@@ -150,6 +150,7 @@ fn opts() -> TraceOptions {
         pid: 4242,
         process_name: "python3 train.py".into(),
         base_ns: None,
+        ..Default::default()
     }
 }
 
@@ -214,6 +215,71 @@ fn demo_trace_is_valid() {
     assert_eq!(doc["otherData"]["base_ns"], 5_000_000_000u64);
     // One event per line.
     assert_eq!(text.lines().count(), events.len() + 4);
+}
+
+/// A DataLoader's spans: a process per worker, each named, its threads
+/// named within it (worker 1's feeder has tid 1 in its own process), the
+/// stage as the event's name and the function under `args.function`.
+#[test]
+fn dataloader_trace_has_a_process_per_worker() {
+    let spans = demo_stage_spans();
+    let opts = TraceOptions {
+        pid: 4242,
+        category: "dataloader".into(),
+        path_arg: "function".into(),
+        ..TraceOptions::default()
+    };
+    let (text, summary) = render_trace_json(&spans, &opts).expect("render");
+    let doc = parse(&text);
+    validate(&doc).expect("valid trace");
+    assert_eq!(summary.spans, spans.len());
+    assert_eq!(summary.threads, 4);
+    let events = doc["traceEvents"].as_array().expect("events");
+    let meta = |name: &str| -> Vec<(i64, i64, &str)> {
+        events
+            .iter()
+            .filter(|e| e["name"] == name)
+            .map(|e| {
+                (
+                    e["pid"].as_i64().expect("pid"),
+                    e["tid"].as_i64().expect("tid"),
+                    e["args"]["name"].as_str().expect("name"),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        meta("process_name"),
+        vec![
+            (4242, 0, "training loop (pid 4242)"),
+            (4250, 0, "worker 0 (pid 4250)"),
+            (4251, 0, "worker 1 (pid 4251)"),
+        ]
+    );
+    assert_eq!(
+        meta("thread_name"),
+        vec![
+            (4242, 4242, "training loop"),
+            (4250, 4250, "worker 0"),
+            (4251, 1, "worker 1 feeder"),
+            (4251, 4251, "worker 1"),
+        ]
+    );
+    let first = events
+        .iter()
+        .find(|e| e["ph"] == "X" && e["pid"] == 4242)
+        .expect("a span of the training loop");
+    assert_eq!(first["cat"], "dataloader");
+    assert_eq!(first["tid"], 4242);
+    assert_eq!(first["name"], "waiting for data");
+    assert_eq!(first["args"], json!({"function": "get (queues.py)"}));
+    let on = |pid: i64| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid)
+            .count()
+    };
+    assert_eq!((on(4242), on(4250), on(4251)), (2, 3, 2));
 }
 
 #[test]

@@ -145,22 +145,7 @@ fn write_stacks(
         st.pid, st.hz, st.complete_pct
     )];
     opts.trace.pid = st.pid as u32;
-    let mut flamegraphs = Vec::new();
-    for f in render_stack_outputs(&st.agg, &st.spans, &opts).files {
-        match f.contents {
-            Ok(bytes) => {
-                files.write(&f.name, &bytes);
-                // report.html shows the same flamegraphs.
-                if let Some(kind) = f.name.strip_suffix(".svg") {
-                    flamegraphs.push((
-                        kind.to_string(),
-                        String::from_utf8_lossy(&bytes).into_owned(),
-                    ));
-                }
-            }
-            Err(e) => files.not_written(&f.name, e.to_string()),
-        }
-    }
+    let flamegraphs = write_rendered(files, render_stack_outputs(&st.agg, &st.spans, &opts));
     println!(
         "stacks: {} samples, {:.1}% complete (reaching a thread entry point)",
         st.samples, st.complete_pct
@@ -171,34 +156,66 @@ fn write_stacks(
     flamegraphs
 }
 
-/// A DataLoader recording's stages.folded and stages.svg: where the
-/// training loop's and the workers' wall time went, by stage, process and
-/// Python function.
-fn write_stage_stacks(files: &mut Outputs, lines: &[String]) -> Option<(String, String)> {
-    use plumber_analyzer::flamegraph::{render_lines, FlameOptions};
-    if lines.is_empty() {
-        return None;
-    }
-    let mut folded = lines.join("\n");
-    folded.push('\n');
-    files.write("stages.folded", folded.as_bytes());
-    let opts = FlameOptions {
-        title: "DataLoader stages (wall time)".into(),
-        subtitle: Some("the training loop and each worker, by stage and Python function".into()),
-        count_name: "ns".into(),
-        colors_by_op: true,
-        highlight_gil: false,
+/// A DataLoader recording's stage outputs: stages.folded and stages.svg
+/// (where the training loop's and the workers' wall time went, by stage,
+/// process and Python function), profile.pb.gz (the same stacks, wall
+/// time) and trace.json (a track per thread, a process per worker); the
+/// flamegraph, for report.html.
+fn write_stage_outputs(
+    files: &mut Outputs,
+    st: &crate::recording::StageRecording,
+) -> Vec<(String, String)> {
+    use plumber_analyzer::flamegraph::{
+        render_labeled_outputs, FlameOptions, LabeledOutputOptions,
     };
-    match render_lines(lines.iter().map(String::as_str), &opts) {
-        Ok(svg) => {
-            files.write("stages.svg", svg.as_bytes());
-            Some(("stages".to_string(), svg))
-        }
-        Err(e) => {
-            files.not_written("stages.svg", e.to_string());
-            None
+    let mut opts = LabeledOutputOptions {
+        name: "stages".into(),
+        sample_type: ("wall".into(), "nanoseconds".into()),
+        flame: FlameOptions {
+            title: "DataLoader stages (wall time)".into(),
+            subtitle: Some(
+                "the training loop and each worker, by stage and Python function".into(),
+            ),
+            count_name: "ns".into(),
+            colors_by_op: true,
+            highlight_gil: false,
+        },
+        stack: Default::default(),
+    };
+    opts.stack.pprof.time_nanos = st.start_wall_ns as i64;
+    opts.stack.pprof.duration_nanos = st.end_wall_ns.saturating_sub(st.start_wall_ns) as i64;
+    opts.stack.pprof.comments = vec![format!(
+        "plumber-probe: pid {}, DataLoader stage stacks (Python) at {} Hz, wall time; idle workers left out",
+        st.pid, st.hz
+    )];
+    opts.stack.trace.pid = st.pid as u32;
+    opts.stack.trace.category = "dataloader".into();
+    opts.stack.trace.path_arg = "function".into();
+    write_rendered(files, render_labeled_outputs(&st.stacks, &st.spans, &opts))
+}
+
+/// Writes rendered stack outputs (or says why one was not); returns the
+/// flamegraphs, `(kind, SVG)`, which report.html shows too.
+fn write_rendered(
+    files: &mut Outputs,
+    rendered: plumber_analyzer::flamegraph::StackOutputs,
+) -> Vec<(String, String)> {
+    let mut flamegraphs = Vec::new();
+    for f in rendered.files {
+        match f.contents {
+            Ok(bytes) => {
+                files.write(&f.name, &bytes);
+                if let Some(kind) = f.name.strip_suffix(".svg") {
+                    flamegraphs.push((
+                        kind.to_string(),
+                        String::from_utf8_lossy(&bytes).into_owned(),
+                    ));
+                }
+            }
+            Err(e) => files.not_written(&f.name, e.to_string()),
         }
     }
+    flamegraphs
 }
 
 /// report.html: the analysis, the flamegraphs and the timeline on one
@@ -246,8 +263,14 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         Some(st) => write_stacks(&mut files, st),
         None => Vec::new(),
     };
-    flamegraphs.extend(write_stage_stacks(&mut files, &rec.stage_stacks));
-    let spans = stacks.as_ref().map_or(&[][..], |st| &st.spans[..]);
+    if let Some(st) = &rec.stages {
+        flamegraphs.extend(write_stage_outputs(&mut files, st));
+    }
+    let spans = match (&stacks, &rec.stages) {
+        (Some(st), _) => &st.spans[..],
+        (None, Some(st)) => &st.spans[..],
+        (None, None) => &[][..],
+    };
     // The last line of the summary, and a fact of report.html.
     let cost_line = plumber_collector::report::measured(&collected.snapshot)
         .probe_overhead

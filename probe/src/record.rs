@@ -232,7 +232,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         time_to_first_data: ended.time_to_first_data.unwrap_or(0.0),
         cache_hit,
         stacks,
-        stage_stacks: Vec::new(),
+        stages: None,
     })
 }
 

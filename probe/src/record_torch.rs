@@ -85,6 +85,6 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
         time_to_first_data,
         cache_hit: false,
         stacks: None,
-        stage_stacks: source.stage_stacks(),
+        stages: Some(source.stage_recording()),
     }))
 }

@@ -328,7 +328,7 @@ fn record_child(
         time_to_first_data,
         cache_hit,
         stacks: None,
-        stage_stacks: Vec::new(),
+        stages: None,
     }))
 }
 

@@ -4,11 +4,12 @@
 //! workers, and its batches, samples and data stall agree with what the
 //! training loop counted itself.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::harness::{gt_at_lines, record_out, tempdir, torch_python, Workload};
+use crate::harness::{gt_at_lines, python, record_out, repo, tempdir, torch_python, Workload};
 use crate::shim::{lines as stdout_lines, run_as_nobody, shared_dir, workload};
 
 /// What one recording of a workload is checked against.
@@ -188,8 +189,194 @@ fn agrees_with_loop(
             "{who}: no [get item] stack with the dataset's __getitem__ in stages.folded"
         );
         assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
+        check_trace(dir, &who, ready_pid(&lines), &announced, &d);
+        check_profile(dir, &who, &folded, !announced.is_empty());
     }
     d
+}
+
+/// The training process's pid, from the workload's READY line.
+fn ready_pid(lines: &[String]) -> i32 {
+    lines
+        .iter()
+        .find(|l| l.starts_with("READY "))
+        .and_then(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("pid=")))
+        .and_then(|p| p.parse().ok())
+        .expect("the workload's READY line names its pid")
+}
+
+/// dataloader.json's stage keys and the names trace.json's spans have.
+const STAGES: &[(&str, &str)] = &[
+    ("wait", "waiting for data"),
+    ("receive", "receive"),
+    ("startup", "worker start-up"),
+    ("get_item", "get item"),
+    ("collate", "collate"),
+    ("send", "send"),
+    ("idle", "idle"),
+    ("pin_memory", "pin memory"),
+    ("other", "training step"),
+];
+
+/// trace.json: a process for the training loop and one for each worker
+/// the workload announced, named as Perfetto shows them, each with spans
+/// named by stage that never overlap on one thread, and whose time per
+/// stage is what dataloader.json (`d`) counted.
+fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64], d: &Value) {
+    let trace: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("trace.json")).expect("trace.json"))
+            .expect("trace.json is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let processes: BTreeMap<i64, &str> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .filter_map(|e| Some((e["pid"].as_i64()?, e["args"]["name"].as_str()?)))
+        .collect();
+    let mut spans: BTreeMap<(i64, i64), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut stages: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    // Span time per stage key: the training loop's, the workers'.
+    let mut time: [BTreeMap<&str, f64>; 2] = Default::default();
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        let name = e["name"].as_str().expect("name");
+        let key = STAGES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(k, _)| *k)
+            .unwrap_or_else(|| panic!("{who}: span of no stage: {e}"));
+        assert_eq!(e["cat"], "dataloader", "{who}: {e}");
+        assert!(
+            e["args"]["function"]
+                .as_str()
+                .is_some_and(|f| (f.contains(" (") && f.ends_with(')'))
+                    || f == "[no Python frame]"),
+            "{who}: span without its Python function: {e}"
+        );
+        let (pid, tid) = (
+            e["pid"].as_i64().expect("pid"),
+            e["tid"].as_i64().expect("tid"),
+        );
+        let (ts, dur) = (
+            e["ts"].as_f64().expect("ts"),
+            e["dur"].as_f64().expect("dur"),
+        );
+        spans.entry((pid, tid)).or_default().push((ts, ts + dur));
+        stages.entry(pid).or_default().push(name);
+        // The training loop's thread (its tid is the pid), the workers'
+        // threads; not the pin-memory thread, which dataloader.json keeps
+        // apart.
+        let t = i64::from(training);
+        if pid != t || tid == t {
+            *time[usize::from(pid != t)].entry(key).or_default() += dur;
+        }
+    }
+    // A tick's time goes to the thread's stage and to its span alike; the
+    // spans cover the sampler's whole run, dataloader.json the window.
+    for (t, summary) in time.iter().zip(["training", "workers_stages"]) {
+        let total: f64 = t.values().sum();
+        for (key, _) in STAGES {
+            let share = t.get(key).map_or(0.0, |v| v / total);
+            let want = d[summary][key].as_f64().unwrap_or(0.0);
+            assert!(
+                (share - want).abs() <= 0.05,
+                "{who}: {key}: {share:.3} of the {summary} spans' time, dataloader.json says {want:.3}"
+            );
+        }
+    }
+    let n: usize = spans.values().map(Vec::len).sum();
+    eprintln!(
+        "{who}: trace.json: {n} spans on {} threads of {} processes",
+        spans.len(),
+        processes.len()
+    );
+    let training = i64::from(training);
+    assert_eq!(
+        processes.get(&training).copied(),
+        Some(format!("training loop (pid {training})").as_str()),
+        "{who}: the training loop's process in trace.json: {processes:?}"
+    );
+    assert!(
+        stages.get(&training).is_some_and(|s| !s.is_empty()),
+        "{who}: no span of the training loop"
+    );
+    for (i, pid) in workers.iter().enumerate() {
+        assert_eq!(
+            processes.get(pid).copied(),
+            Some(format!("worker {i} (pid {pid})").as_str()),
+            "{who}: worker {i}'s process in trace.json: {processes:?}"
+        );
+        assert!(
+            stages.get(pid).is_some_and(|s| s.contains(&"get item")),
+            "{who}: no get item span of worker {pid}: {:?}",
+            stages.get(pid)
+        );
+    }
+    for (thread, mut v) in spans {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in v.windows(2) {
+            // ts and dur are printed in µs with 3 decimals.
+            assert!(
+                w[0].1 <= w[1].0 + 0.001,
+                "{who}: spans overlap on {thread:?}: {w:?}"
+            );
+        }
+    }
+}
+
+/// profile.pb.gz, read by the independent decoder: wall time, the same
+/// total as stages.folded, and the dataset's items under their stage and
+/// the process that ran them, as frames and as labels.
+fn check_profile(dir: &Path, who: &str, folded: &str, with_workers: bool) {
+    let o = std::process::Command::new(python())
+        .arg(repo().join("tests/python/decode_pprof.py"))
+        .arg(dir.join("profile.pb.gz"))
+        .arg("--stacks")
+        .output()
+        .expect("run decode_pprof.py");
+    assert!(
+        o.status.success(),
+        "{who}: profile.pb.gz: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("decode_pprof.py's JSON");
+    assert_eq!(
+        v["sample_types"],
+        serde_json::json!([["wall", "nanoseconds"]]),
+        "{who}"
+    );
+    let folded_ns: u64 = folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(
+        v["totals"]["wall"].as_u64(),
+        Some(folded_ns),
+        "{who}: profile.pb.gz's wall time against stages.folded's"
+    );
+    let process = if with_workers {
+        "worker "
+    } else {
+        "training loop (pid "
+    };
+    let stacks = v["stacks"].as_array().expect("stacks");
+    let under_stage = stacks.iter().any(|st| {
+        let frames: Vec<&str> = st["frames"]
+            .as_array()
+            .map(|f| f.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        frames.first() == Some(&"[get item]")
+            && frames.get(1).is_some_and(|p| p.starts_with(process))
+            && frames.contains(&"__getitem__ (torch_image.py)")
+            && st["labels"]["stage"] == "get_item"
+            && st["labels"]["process"].as_str() == frames.get(1).copied()
+    });
+    assert!(
+        under_stage,
+        "{who}: no get item sample with the dataset's __getitem__ under {process:?} in profile.pb.gz"
+    );
+    eprintln!(
+        "{who}: profile.pb.gz: {} samples, {} functions",
+        v["num_samples"], v["num_functions"]
+    );
 }
 
 #[test]

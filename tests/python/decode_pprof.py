@@ -4,7 +4,8 @@
     .venv/bin/python tests/python/decode_pprof.py PROFILE.pb.gz [--stacks]
 
 Prints a JSON summary: the sample types, the total of each, totals per value
-of the `op`, `thread`, `tid` and `lock` labels, the table sizes, and with
+of the `op`, `thread`, `tid` and `lock` labels (and the DataLoader's `stage`,
+`process` and `pid`), the table sizes, and with
 --stacks every sample (frames outermost first, values, labels). Checks the
 rules of pprof's profile.proto on the way: string_table[0] == "", ids nonzero
 and unique, every reference (locations, functions, mappings, strings)
@@ -28,7 +29,8 @@ if HERE not in sys.path:
 
 import pprof_schema  # noqa: E402
 
-LABEL_KEYS = ["op", "op_path", "thread", "thread_role", "tid", "lock"]
+# The TensorFlow stack sampler's labels, then the DataLoader stage sampler's.
+LABEL_KEYS = ["op", "op_path", "thread", "thread_role", "tid", "lock", "stage", "process", "pid"]
 
 
 class PprofError(Exception):

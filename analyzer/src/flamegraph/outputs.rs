@@ -1,10 +1,15 @@
 //! Every stack output of a recording, rendered from its aggregated samples
-//! and op spans in one call. Writing them is the caller's job (plumber-probe
-//! writes every output through one atomic writer).
+//! and op spans in one call ([`render_stack_outputs`]), or from the stacks
+//! of a sampler with one kind of value and its spans
+//! ([`render_labeled_outputs`]: the DataLoader's stages). Writing them is
+//! the caller's job (plumber-probe writes every output through one atomic
+//! writer).
 
+use plumber_collector::stacks::pprof::proto;
 use plumber_collector::stacks::{
-    build_profile, encode_profile_gz, folded_lines, render_trace_json, FoldedKind, PprofOptions,
-    Span, StackAggregator, TraceOptions, TraceSummary,
+    build_labeled_profile, build_profile, encode_profile_gz, folded_lines, labeled_folded_lines,
+    render_trace_json, FoldedKind, LabeledStack, PprofOptions, Span, StackAggregator, TraceOptions,
+    TraceSummary,
 };
 
 use super::{render_lines, FlameError, FlameOptions};
@@ -53,15 +58,7 @@ pub fn render_stack_outputs(
     let svgs = render_svgs(&folded);
     let mut out = StackOutputs::default();
     for (k, lines) in &folded {
-        let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
-        for l in lines {
-            text.push_str(l);
-            text.push('\n');
-        }
-        out.files.push(OutputFile {
-            name: k.folded_file(),
-            contents: Ok(text.into_bytes()),
-        });
+        out.files.push(folded_file(k.folded_file(), lines));
     }
     for (k, svg) in svgs {
         out.files.push(OutputFile {
@@ -69,25 +66,87 @@ pub fn render_stack_outputs(
             contents: svg.map(String::into_bytes),
         });
     }
-    out.files.push(OutputFile {
-        name: "profile.pb.gz".into(),
-        contents: encode_profile_gz(&build_profile(agg, &opts.pprof)).map_err(FlameError::from),
-    });
-    let trace = render_trace_json(spans, &opts.trace).map_err(FlameError::from);
-    let trace = trace.map(|(text, summary)| {
-        out.trace_summary = summary;
-        text.into_bytes()
-    });
-    out.files.push(OutputFile {
-        name: "trace.json".into(),
-        contents: trace,
-    });
+    out.profile_and_trace(&build_profile(agg, &opts.pprof), spans, &opts.trace);
     tracing::debug!(
         stacks = agg.len(),
         spans = out.trace_summary.spans,
         "rendered stack outputs"
     );
     out
+}
+
+/// How [`render_labeled_outputs`] names and draws its stacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabeledOutputOptions {
+    /// The folded file and flamegraph are `{name}.folded`, `{name}.svg`.
+    pub name: String,
+    /// The profile's one sample type, e.g. `("wall", "nanoseconds")`.
+    pub sample_type: (String, String),
+    pub flame: FlameOptions,
+    pub stack: StackOutputOptions,
+}
+
+/// Renders `{name}.folded`, `{name}.svg` (when a stack has a value),
+/// profile.pb.gz with the one sample type and trace.json, from stacks that
+/// carry their own labels and one value each (the DataLoader's stage
+/// stacks, wall time) and their spans.
+pub fn render_labeled_outputs(
+    stacks: &[LabeledStack],
+    spans: &[Span],
+    opts: &LabeledOutputOptions,
+) -> StackOutputs {
+    let lines = labeled_folded_lines(stacks);
+    let mut out = StackOutputs::default();
+    out.files
+        .push(folded_file(format!("{}.folded", opts.name), &lines));
+    if !lines.is_empty() {
+        out.files.push(OutputFile {
+            name: format!("{}.svg", opts.name),
+            contents: render_lines(lines.iter().map(String::as_str), &opts.flame)
+                .map(String::into_bytes),
+        });
+    }
+    let (t, u) = &opts.sample_type;
+    let profile = build_labeled_profile((t, u), stacks, &opts.stack.pprof);
+    out.profile_and_trace(&profile, spans, &opts.stack.trace);
+    tracing::debug!(
+        stacks = stacks.len(),
+        spans = out.trace_summary.spans,
+        "rendered labeled stack outputs"
+    );
+    out
+}
+
+/// A folded file: its lines, each ending in `\n`.
+fn folded_file(name: String, lines: &[String]) -> OutputFile {
+    let mut text = String::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+    for l in lines {
+        text.push_str(l);
+        text.push('\n');
+    }
+    OutputFile {
+        name,
+        contents: Ok(text.into_bytes()),
+    }
+}
+
+impl StackOutputs {
+    /// Adds profile.pb.gz and trace.json, and the trace's summary.
+    fn profile_and_trace(&mut self, profile: &proto::Profile, spans: &[Span], opts: &TraceOptions) {
+        self.files.push(OutputFile {
+            name: "profile.pb.gz".into(),
+            contents: encode_profile_gz(profile).map_err(FlameError::from),
+        });
+        let trace = render_trace_json(spans, opts).map_err(FlameError::from);
+        let trace = trace.map(|(text, summary)| {
+            self.trace_summary = summary;
+            text.into_bytes()
+        });
+        self.files.push(OutputFile {
+            name: "trace.json".into(),
+            contents: trace,
+        });
+    }
 }
 
 /// The SVG of each kind that has weight, in [`FoldedKind::ALL`] order.

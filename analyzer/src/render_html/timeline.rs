@@ -1,7 +1,9 @@
 //! The timeline: which op ran on which thread, from the op spans trace.json
 //! is written from, as a small inline SVG (one row per thread, a coloured
 //! bar per op, nested spans in lanes below their parent), readable without
-//! Perfetto.
+//! Perfetto. A DataLoader's spans name their process (a worker is one of
+//! its own): its rows are grouped by process and labelled with its pid,
+//! their bars coloured by stage.
 //!
 //! A 30 s recording has hundreds of thousands of spans, far more than a page
 //! can draw or a person can see, so they are aggregated first: on a thread,
@@ -51,6 +53,8 @@ pub struct TimelineBar {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TimelineThread {
+    /// Its process, as the spans say it (0: the recording's).
+    pub pid: u32,
     pub tid: u32,
     pub name: String,
     pub bars: Vec<TimelineBar>,
@@ -108,20 +112,25 @@ impl Timeline {
         // Spans closer than one pixel merge; at least 1 ns so that
         // back-to-back spans always do.
         let px_ns = (((end - start) as f64 / PLOT_W) as u64).max(1);
-        let mut by_tid: BTreeMap<u32, Vec<&Span>> = BTreeMap::new();
+        // One row per thread of each process (a DataLoader's workers are
+        // processes of their own).
+        let mut by_thread: BTreeMap<(u32, u32), Vec<&Span>> = BTreeMap::new();
         for s in &valid {
-            by_tid.entry(s.tid).or_default().push(s);
+            by_thread.entry((s.pid, s.tid)).or_default().push(s);
         }
-        let mut threads: Vec<(u64, TimelineThread)> = by_tid
+        let mut threads: Vec<(u64, TimelineThread)> = by_thread
             .into_iter()
-            .map(|(tid, spans)| merge_thread(tid, spans, &op_index, px_ns))
+            .map(|(id, spans)| merge_thread(id, spans, &op_index, px_ns))
             .collect();
+        let id = |t: &TimelineThread| (t.pid, t.tid);
         // The busiest threads (outermost lane time) when there are too many.
-        threads.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.tid.cmp(&b.1.tid)));
+        threads.sort_by(|a, b| b.0.cmp(&a.0).then(id(&a.1).cmp(&id(&b.1))));
         t.threads_left_out = threads.len().saturating_sub(MAX_THREADS);
         threads.truncate(MAX_THREADS);
         let mut threads: Vec<TimelineThread> = threads.into_iter().map(|(_, th)| th).collect();
-        threads.sort_by(|a, b| a.name.cmp(&b.name).then(a.tid.cmp(&b.tid)));
+        // A process's threads together (a DataLoader's: the training loop,
+        // then each worker as it started), by name within it.
+        threads.sort_by(|a, b| (a.pid, &a.name, a.tid).cmp(&(b.pid, &b.name, b.tid)));
         t.bars_left_out = cap_bars(&mut threads, max_bars);
         t.ops = ops;
         t.threads = threads;
@@ -143,7 +152,7 @@ impl Timeline {
 
 /// One thread's bars and its busy time (outermost lane).
 fn merge_thread(
-    tid: u32,
+    (pid, tid): (u32, u32),
     mut spans: Vec<&Span>,
     op_index: &HashMap<&str, usize>,
     px_ns: u64,
@@ -196,7 +205,15 @@ fn merge_thread(
         .filter(|b| b.lane == 0)
         .map(|b| b.end_ns - b.start_ns)
         .sum();
-    (busy, TimelineThread { tid, name, bars })
+    (
+        busy,
+        TimelineThread {
+            pid,
+            tid,
+            name,
+            bars,
+        },
+    )
 }
 
 /// Keeps the `max` longest bars over all threads; returns how many went.
@@ -246,16 +263,31 @@ fn tick_step(range: u64) -> u64 {
         .unwrap_or(10 * mag)
 }
 
-pub(super) fn section(s: &mut String, t: &Timeline) {
+/// The timeline's section; `dataloader`: the spans are a DataLoader's
+/// stages, not ops.
+pub(super) fn section(s: &mut String, t: &Timeline, dataloader: bool) {
     s.push_str("<section id=\"timeline\"><h2>Timeline</h2>\n");
     if t.threads.is_empty() {
         s.push_str("<p>No op spans in this recording.</p>\n</section>\n");
         return;
     }
     let drawn: usize = t.threads.iter().map(|th| th.bars.len()).sum();
+    let (lead, what) = if dataloader {
+        (
+            "Which stage each thread of the training process and of each worker process was in",
+            "stage",
+        )
+    } else {
+        ("Which op ran on which thread", "op")
+    };
+    let nesting = if dataloader {
+        "Each row is labelled with its process's pid."
+    } else {
+        "Nested spans (an op calling its input) sit in lanes below their parent."
+    };
     let _ = writeln!(
         s,
-        "<p class=\"hint\">Which op ran on which thread over {} ({} spans on {} threads). Nested spans (an op calling its input) sit in lanes below their parent. {} bars drawn: {} spans less than a pixel apart merged{}{}. Hover a bar for its op and length.</p>",
+        "<p class=\"hint\">{lead} over {} ({} spans on {} threads). {nesting} {} bars drawn: {} spans less than a pixel apart merged{}{}. Hover a bar for its {what} and length.</p>",
         dur(t.end_ns - t.start_ns),
         t.spans,
         t.threads.len() + t.threads_left_out,
@@ -319,13 +351,16 @@ fn svg(s: &mut String, t: &Timeline) {
         if th.name.chars().count() > 26 {
             label.push('…');
         }
+        // The process's pid where the spans name one (a worker's helper
+        // threads have no OS tid), else the thread's tid.
+        let id = if th.pid != 0 { th.pid } else { th.tid };
         let _ = writeln!(
             s,
             "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{} · {}</text>",
             LABEL_W - 6.0,
             y + LANE_H - 2.0,
             esc(&label),
-            th.tid
+            id
         );
         for b in &th.bars {
             let bx = x(b.start_ns);
@@ -363,6 +398,7 @@ mod tests {
             op_name: op.into(),
             start_ns: start,
             end_ns: end,
+            ..Default::default()
         }
     }
 
@@ -393,6 +429,22 @@ mod tests {
             vec![(0, 0, 2), (1, 10_000_000, 1), (0, 300_000_000, 1)]
         );
         assert_eq!(t.merged(), 1);
+    }
+
+    #[test]
+    fn a_row_per_thread_of_each_process() {
+        // A DataLoader's workers are processes: the same tid in two of
+        // them is two threads.
+        let mut spans = vec![span(1, "get item", 0, 10), span(1, "get item", 0, 10)];
+        spans[1].pid = 4250;
+        spans[1].thread_name = "worker 0".into();
+        let t = Timeline::from_spans(&spans, 100);
+        let rows: Vec<(u32, u32, &str)> = t
+            .threads
+            .iter()
+            .map(|th| (th.pid, th.tid, th.name.as_str()))
+            .collect();
+        assert_eq!(rows, vec![(0, 1, "t1"), (4250, 1, "worker 0")]);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::{Stack, StackAggregator};
+use super::pprof::LabeledStack;
 use super::sample::{LockKind, OpRef, ThreadInfo};
 
 /// Root frame of the stacks of threads outside the pipeline.
@@ -245,6 +246,24 @@ pub fn folded_lines(agg: &StackAggregator, kind: FoldedKind) -> Vec<String> {
             }
         }
     }
+    sorted_lines(merged)
+}
+
+/// The folded lines of [`LabeledStack`]s (frames sanitized as
+/// [`folded_lines`]' are), sorted, identical stacks merged, zero values
+/// left out.
+pub fn labeled_folded_lines(stacks: &[LabeledStack]) -> Vec<String> {
+    let mut merged: HashMap<String, u64> = HashMap::new();
+    for s in stacks.iter().filter(|s| s.value > 0) {
+        let line: Vec<Cow<'_, str>> = s.frames.iter().map(|f| sanitize_frame(f)).collect();
+        let c = merged.entry(line.join(";")).or_default();
+        *c = c.saturating_add(s.value);
+    }
+    sorted_lines(merged)
+}
+
+/// `STACK COUNT` lines, sorted.
+fn sorted_lines(merged: HashMap<String, u64>) -> Vec<String> {
     let mut lines: Vec<String> = merged
         .into_iter()
         .map(|(stack, count)| format!("{stack} {count}"))

@@ -12,6 +12,11 @@
 //! waits), so `pprof -tagfocus op=ParallelMapV2` or `-tagroot op` give the
 //! per-op views the flamegraphs have. Functions and locations are one per
 //! distinct frame name (the sampler gives names, not addresses).
+//!
+//! A sampler with one kind of value and stacks of its own (the DataLoader's
+//! stage sampler: wall time) gives [`LabeledStack`]s to
+//! [`build_labeled_profile`] instead: the same tables and encoding, one
+//! sample type that it names, and its own labels.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -151,35 +156,16 @@ fn labels(s: &Stack<'_>, strings: &mut Strings) -> Vec<proto::Label> {
 /// The profile of the aggregated stacks. Deterministic: the same stacks
 /// give the same message whatever order the samples came in.
 pub fn build_profile(agg: &StackAggregator, opts: &PprofOptions) -> proto::Profile {
-    let mut strings = Strings::new();
-    let sample_type = SAMPLE_TYPES
-        .iter()
-        .map(|(t, u)| proto::ValueType {
-            r#type: strings.id(t),
-            unit: strings.id(u),
-        })
-        .collect();
-    let mut locs = Locations {
-        by_name: HashMap::new(),
-        functions: Vec::new(),
-        locations: Vec::new(),
-    };
-    let mut samples = Vec::new();
+    let mut b = Builder::new(&SAMPLE_TYPES);
     for s in agg.stacks() {
         let w = s.weights;
         if w.cpu_ns == 0 && w.io_bytes == 0 && w.lock_wait_ns.total() == 0 {
             continue;
         }
-        // profile.proto: the leaf is at location_id[0].
-        let location_id: Vec<u64> = s
-            .frames
-            .iter()
-            .rev()
-            .map(|f| locs.id(&sanitize_frame(f), &mut strings))
-            .collect();
-        let base = labels(&s, &mut strings);
+        let location_id = b.locations(&s.frames);
+        let base = labels(&s, &mut b.strings);
         if w.cpu_ns > 0 || w.io_bytes > 0 {
-            samples.push(proto::Sample {
+            b.samples.push(proto::Sample {
                 location_id: location_id.clone(),
                 value: vec![value(w.cpu_ns), 0, value(w.io_bytes)],
                 label: base.clone(),
@@ -192,31 +178,130 @@ pub fn build_profile(agg: &StackAggregator, opts: &PprofOptions) -> proto::Profi
                 continue;
             }
             let mut label = base.clone();
-            label.push(str_label(&mut strings, "lock", lk.as_str()));
-            samples.push(proto::Sample {
+            label.push(str_label(&mut b.strings, "lock", lk.as_str()));
+            b.samples.push(proto::Sample {
                 location_id: location_id.clone(),
                 value: vec![0, value(ns), 0],
                 label,
             });
         }
     }
-    let comment = opts.comments.iter().map(|c| strings.id(c)).collect();
-    let default_sample_type = strings.id(SAMPLE_TYPES[0].0);
-    proto::Profile {
-        sample_type,
-        sample: samples,
-        mapping: Vec::new(),
-        location: locs.locations,
-        function: locs.functions,
-        string_table: strings.table,
-        drop_frames: 0,
-        keep_frames: 0,
-        time_nanos: opts.time_nanos,
-        duration_nanos: opts.duration_nanos,
-        period_type: None,
-        period: 0,
-        comment,
-        default_sample_type,
+    b.finish(opts)
+}
+
+/// A label of a [`LabeledStack`]'s sample: a string or a number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelValue {
+    Str(String),
+    Num(i64),
+}
+
+/// One stack of a profile with a single sample type, for a sampler whose
+/// stacks are not a [`StackAggregator`]'s: the DataLoader's stage sampler
+/// (wall time per stage, process and Python stack).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabeledStack {
+    /// Outermost first, as in a folded line (root frames such as
+    /// `[get item]` included).
+    pub frames: Vec<String>,
+    pub labels: Vec<(&'static str, LabelValue)>,
+    pub value: u64,
+}
+
+/// The profile of `stacks`, with the one sample type `sample_type`
+/// (`("wall", "nanoseconds")`, say): one sample per stack with a value,
+/// its frames sanitized as [`build_profile`]'s are.
+pub fn build_labeled_profile(
+    sample_type: (&str, &str),
+    stacks: &[LabeledStack],
+    opts: &PprofOptions,
+) -> proto::Profile {
+    let mut b = Builder::new(&[sample_type]);
+    for s in stacks.iter().filter(|s| s.value > 0) {
+        let location_id = b.locations(&s.frames);
+        let label = s
+            .labels
+            .iter()
+            .map(|(k, v)| match v {
+                LabelValue::Str(v) => str_label(&mut b.strings, k, v),
+                LabelValue::Num(n) => proto::Label {
+                    key: b.strings.id(k),
+                    str: 0,
+                    num: *n,
+                    num_unit: 0,
+                },
+            })
+            .collect();
+        b.samples.push(proto::Sample {
+            location_id,
+            value: vec![value(s.value)],
+            label,
+        });
+    }
+    b.finish(opts)
+}
+
+/// A profile being built: its sample types, strings, functions, locations
+/// and samples.
+struct Builder {
+    sample_type: Vec<proto::ValueType>,
+    strings: Strings,
+    locs: Locations,
+    samples: Vec<proto::Sample>,
+}
+
+impl Builder {
+    /// The first of `sample_types` is the default.
+    fn new(sample_types: &[(&str, &str)]) -> Self {
+        let mut strings = Strings::new();
+        let sample_type = sample_types
+            .iter()
+            .map(|(t, u)| proto::ValueType {
+                r#type: strings.id(t),
+                unit: strings.id(u),
+            })
+            .collect();
+        Builder {
+            sample_type,
+            strings,
+            locs: Locations {
+                by_name: HashMap::new(),
+                functions: Vec::new(),
+                locations: Vec::new(),
+            },
+            samples: Vec::new(),
+        }
+    }
+
+    /// The location ids of `frames` (outermost first), leaf first as
+    /// profile.proto wants.
+    fn locations<S: AsRef<str>>(&mut self, frames: &[S]) -> Vec<u64> {
+        frames
+            .iter()
+            .rev()
+            .map(|f| self.locs.id(&sanitize_frame(f.as_ref()), &mut self.strings))
+            .collect()
+    }
+
+    fn finish(mut self, opts: &PprofOptions) -> proto::Profile {
+        let comment = opts.comments.iter().map(|c| self.strings.id(c)).collect();
+        let default_sample_type = self.sample_type.first().map_or(0, |t| t.r#type);
+        proto::Profile {
+            sample_type: self.sample_type,
+            sample: self.samples,
+            mapping: Vec::new(),
+            location: self.locs.locations,
+            function: self.locs.functions,
+            string_table: self.strings.table,
+            drop_frames: 0,
+            keep_frames: 0,
+            time_nanos: opts.time_nanos,
+            duration_nanos: opts.duration_nanos,
+            period_type: None,
+            period: 0,
+            comment,
+            default_sample_type,
+        }
     }
 }
 

@@ -1,11 +1,13 @@
 //! A small fixed set of stack samples and spans, as the stack sampler would
 //! report them for an image pipeline (TFRecord → ParallelMapV2 (JPEG decode,
 //! a py_function waiting for the GIL) → BatchV2 → Prefetch, with the Python
-//! main thread and a compute thread outside the pipeline). The golden,
-//! pprof and trace.json tests of the collector, the analyzer and the CLI
-//! use it.
+//! main thread and a compute thread outside the pipeline), and those of a
+//! PyTorch DataLoader's stage sampler (a training loop and two worker
+//! processes). The golden, pprof and trace.json tests of the collector, the
+//! analyzer and the CLI use it.
 
 use super::aggregate::StackAggregator;
+use super::pprof::{LabelValue, LabeledStack};
 use super::sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
 use super::trace::Span;
 
@@ -231,6 +233,7 @@ pub fn demo_spans() -> Vec<Span> {
         op_name: op.name.clone(),
         start_ns: 5_000_000_000 + start_us * 1000,
         end_ns: 5_000_000_000 + end_us * 1000,
+        ..Default::default()
     };
     vec![
         span(101, "tf_data_private_threadpool", &map, 0, 1200),
@@ -247,4 +250,95 @@ pub fn demo_spans() -> Vec<Span> {
             ..span(140, "tf_data_prefetch", &map, 0, 0)
         },
     ]
+}
+
+/// A DataLoader's stage stacks as its stage sampler gives them (wall ns):
+/// the training loop (pid 4242) waiting for data and stepping, two
+/// workers (4250, 4251) decoding and collating, one sending. Each is
+/// (stage key, pid, frames below the process frame, ms).
+#[rustfmt::skip]
+const STAGE_STACKS: &[(&str, u32, &str, u64)] = &[
+    ("wait", 4242, "{main};__next__ (dataloader.py);get (queues.py)", 600),
+    ("other", 4242, "{main};step (train.py)", 400),
+    ("get_item", 4250, "{worker};__getitem__ (ds.py);decode (ds.py)", 700),
+    ("collate", 4250, "{worker};default_collate (collate.py)", 100),
+    ("get_item", 4251, "{worker};__getitem__ (ds.py);decode (ds.py)", 650),
+    ("send", 4251, "run (threading.py);_feed (queues.py);send_bytes (connection.py)", 50),
+];
+
+/// The stage's title, as its root frame and span name say it.
+fn stage_title(key: &str) -> &str {
+    match key {
+        "wait" => "waiting for data",
+        "get_item" => "get item",
+        "other" => "training step",
+        k => k,
+    }
+}
+
+/// The process of the demo loader's pid: `training loop (pid 4242)`,
+/// `worker K (pid M)`.
+fn stage_process(pid: u32) -> String {
+    match pid {
+        4242 => "training loop (pid 4242)".into(),
+        p => format!("worker {} (pid {p})", p - 4250),
+    }
+}
+
+/// The demo loader's stage stacks (stages.folded, profile.pb.gz).
+pub fn demo_stage_stacks() -> Vec<LabeledStack> {
+    STAGE_STACKS
+        .iter()
+        .map(|&(stage, pid, frames, ms)| {
+            let process = stage_process(pid);
+            let frames = frames
+                .replace("{main}", "<module> (train.py);train (train.py)")
+                .replace(
+                    "{worker}",
+                    "_bootstrap (process.py);_worker_loop (worker.py);fetch (fetch.py)",
+                );
+            let mut f = vec![format!("[{}]", stage_title(stage)), process.clone()];
+            f.extend(frames.split(';').map(str::to_string));
+            LabeledStack {
+                frames: f,
+                labels: vec![
+                    ("stage", LabelValue::Str(stage.into())),
+                    ("process", LabelValue::Str(process)),
+                    ("pid", LabelValue::Num(i64::from(pid))),
+                ],
+                value: ms * MS,
+            }
+        })
+        .collect()
+}
+
+/// Spans of the same loader: (pid, tid, thread, stage key, function, start
+/// ms, end ms). Worker 1's feeder thread has its own tid in the worker's
+/// process.
+#[rustfmt::skip]
+const STAGE_SPANS: &[(u32, u32, &str, &str, &str, u64, u64)] = &[
+    (4242, 4242, "training loop", "wait", "get (queues.py)", 0, 600),
+    (4242, 4242, "training loop", "other", "step (train.py)", 600, 1000),
+    (4250, 4250, "worker 0", "get_item", "decode (ds.py)", 0, 700),
+    (4250, 4250, "worker 0", "collate", "default_collate (collate.py)", 700, 800),
+    (4250, 4250, "worker 0", "idle", "poll (connection.py)", 800, 1000),
+    (4251, 4251, "worker 1", "get_item", "decode (ds.py)", 100, 750),
+    (4251, 1, "worker 1 feeder", "send", "send_bytes (connection.py)", 750, 800),
+];
+
+/// The demo loader's spans (trace.json): a process per worker.
+pub fn demo_stage_spans() -> Vec<Span> {
+    STAGE_SPANS
+        .iter()
+        .map(|&(pid, tid, thread, stage, function, start, end)| Span {
+            pid,
+            process_name: stage_process(pid),
+            tid,
+            thread_name: thread.into(),
+            op_path: function.into(),
+            op_name: stage_title(stage).into(),
+            start_ns: 5_000_000_000 + start * MS,
+            end_ns: 5_000_000_000 + end * MS,
+        })
+        .collect()
 }

@@ -1,13 +1,15 @@
 //! trace.json: op spans as Chrome trace events (the "JSON Object Format":
 //! `{"traceEvents": [...]}`), for chrome://tracing and Perfetto.
 //!
-//! One complete event (`ph: "X"`) per span, named after the op's model name,
-//! with its path in `args`; `ts` and `dur` in microseconds (fractional, so
-//! no nanosecond is lost) from the earliest span (or a given base); one
-//! `thread_name` metadata event (`ph: "M"`) per thread and one
-//! `process_name`. Events are sorted: metadata first, then by start time,
-//! longer spans first at equal starts so an enclosing span precedes the
-//! spans it contains. One event per line, so the file diffs well.
+//! One complete event (`ph: "X"`) per span, named after the op's model name
+//! (or the DataLoader's stage), with its path in `args`; `ts` and `dur` in
+//! microseconds (fractional, so no nanosecond is lost) from the earliest
+//! span (or a given base); one `thread_name` metadata event (`ph: "M"`) per
+//! thread and one `process_name` per named process. A span is in the
+//! trace's process unless it names its own (the DataLoader's workers: one
+//! track per process). Events are sorted: metadata first, then by start
+//! time, longer spans first at equal starts so an enclosing span precedes
+//! the spans it contains. One event per line, so the file diffs well.
 
 use std::collections::BTreeMap;
 
@@ -16,11 +18,20 @@ use serde::{Deserialize, Serialize};
 use super::error::StacksError;
 
 /// One op's activity on one thread.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Span {
+    /// The thread's process; 0: the trace's ([`TraceOptions::pid`]).
+    #[serde(default)]
+    pub pid: u32,
+    /// The process's name (its `process_name` is that of its earliest
+    /// span that has one); empty: none, or [`TraceOptions::process_name`]
+    /// for the trace's process.
+    #[serde(default)]
+    pub process_name: String,
     pub tid: u32,
     pub thread_name: String,
-    /// e.g. `Root::Prefetch::BatchV2::ParallelMapV2`.
+    /// e.g. `Root::Prefetch::BatchV2::ParallelMapV2`: the event's
+    /// `args[TraceOptions::path_arg]`.
     pub op_path: String,
     /// e.g. `ParallelMapV2`: the event's name.
     pub op_name: String,
@@ -29,21 +40,39 @@ pub struct Span {
     pub end_ns: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TraceOptions {
-    /// The target's PID: every event's `pid`.
+    /// The target's PID: the `pid` of every span that names none.
     pub pid: u32,
-    /// The `process_name` metadata (e.g. the target's command); empty: none.
+    /// Its `process_name` metadata (e.g. the target's command); empty: none.
     pub process_name: String,
     /// The monotonic time that is `ts` 0 (e.g. the recording's start); by
     /// default the earliest span's start.
     pub base_ns: Option<u64>,
+    /// Every complete event's `cat`: `tf.data` by default.
+    pub category: String,
+    /// The key of [`Span::op_path`] in each event's `args`: `op_path` by
+    /// default.
+    pub path_arg: String,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        TraceOptions {
+            pid: 0,
+            process_name: String::new(),
+            base_ns: None,
+            category: "tf.data".into(),
+            path_arg: "op_path".into(),
+        }
+    }
 }
 
 /// What [`render_trace_json`] rendered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TraceSummary {
     pub spans: usize,
+    /// Distinct (process, thread) pairs.
     pub threads: usize,
     /// Spans left out: ending before they start, or starting before
     /// `base_ns`.
@@ -68,8 +97,11 @@ struct Event<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum Args<'a> {
-    Name { name: &'a str },
-    Op { op_path: &'a str },
+    Name {
+        name: &'a str,
+    },
+    /// `{path_arg: op_path}`.
+    Path(BTreeMap<&'a str, &'a str>),
 }
 
 fn micros(ns: u64) -> f64 {
@@ -102,10 +134,12 @@ pub fn render_trace_json(
             "trace.json: spans ending before they start left out"
         );
     }
+    let pid_of = |s: &Span| if s.pid == 0 { opts.pid } else { s.pid };
     valid.sort_unstable_by(|a, b| {
         (
             a.start_ns,
             std::cmp::Reverse(a.end_ns),
+            pid_of(a),
             a.tid,
             &a.op_name,
             &a.op_path,
@@ -114,41 +148,52 @@ pub fn render_trace_json(
             .cmp(&(
                 b.start_ns,
                 std::cmp::Reverse(b.end_ns),
+                pid_of(b),
                 b.tid,
                 &b.op_name,
                 &b.op_path,
                 &b.thread_name,
             ))
     });
-    // A thread's name is the one of its earliest span.
-    let mut threads: BTreeMap<u32, &str> = BTreeMap::new();
-    for s in &valid {
-        threads.entry(s.tid).or_insert(s.thread_name.as_str());
-    }
-    let pid = opts.pid;
-    let mut events: Vec<Event<'_>> = Vec::with_capacity(valid.len() + threads.len() + 1);
+    // A process's and a thread's name are those of its earliest span that
+    // has one; the trace's own process has the options' name.
+    let mut processes: BTreeMap<u32, &str> = BTreeMap::new();
     if !opts.process_name.is_empty() {
+        processes.insert(opts.pid, &opts.process_name);
+    }
+    let mut threads: BTreeMap<(u32, u32), &str> = BTreeMap::new();
+    for s in &valid {
+        if !s.process_name.is_empty() {
+            processes
+                .entry(pid_of(s))
+                .or_insert(s.process_name.as_str());
+        }
+        threads
+            .entry((pid_of(s), s.tid))
+            .or_insert(s.thread_name.as_str());
+    }
+    let mut events: Vec<Event<'_>> =
+        Vec::with_capacity(valid.len() + threads.len() + processes.len());
+    for (pid, name) in &processes {
         events.push(Event {
             name: "process_name",
             cat: None,
             ph: "M",
             ts: None,
             dur: None,
-            pid,
+            pid: *pid,
             tid: 0,
-            args: Args::Name {
-                name: &opts.process_name,
-            },
+            args: Args::Name { name },
         });
     }
-    for (tid, name) in &threads {
+    for ((pid, tid), name) in &threads {
         events.push(Event {
             name: "thread_name",
             cat: None,
             ph: "M",
             ts: None,
             dur: None,
-            pid,
+            pid: *pid,
             tid: *tid,
             args: Args::Name { name },
         });
@@ -156,15 +201,16 @@ pub fn render_trace_json(
     for s in &valid {
         events.push(Event {
             name: &s.op_name,
-            cat: Some("tf.data"),
+            cat: Some(opts.category.as_str()),
             ph: "X",
             ts: Some(micros(s.start_ns - base)),
             dur: Some(micros(s.end_ns - s.start_ns)),
-            pid,
+            pid: pid_of(s),
             tid: s.tid,
-            args: Args::Op {
-                op_path: &s.op_path,
-            },
+            args: Args::Path(BTreeMap::from([(
+                opts.path_arg.as_str(),
+                s.op_path.as_str(),
+            )])),
         });
     }
     let mut out = String::with_capacity(64 + events.len() * 128);

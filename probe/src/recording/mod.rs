@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use plumber_collector::event::{DropCount, Event, NodeObservation, Poll, TargetInfo};
-use plumber_collector::stacks::{Span, StackAggregator};
+use plumber_collector::stacks::{LabeledStack, Span, StackAggregator};
 
 use crate::clock::now_ns;
 use crate::cost::Meter;
@@ -36,9 +36,24 @@ pub struct Recording {
     pub cache_hit: bool,
     /// The stack sampler's result, attributed to threads and ops.
     pub stacks: Option<StackRecording>,
-    /// A DataLoader recording's stage stacks: folded lines
-    /// (`[stage];process;frames... ns`), wall time.
-    pub stage_stacks: Vec<String>,
+    /// A DataLoader recording's stage stacks and spans.
+    pub stages: Option<StageRecording>,
+}
+
+/// A DataLoader recording's stage sampler, ready for its outputs
+/// (stages.folded, stages.svg, profile.pb.gz, trace.json).
+pub struct StageRecording {
+    /// Wall ns per stack, rooted at `[stage]` and the process.
+    pub stacks: Vec<LabeledStack>,
+    /// A span per stretch of ticks of one thread in one stage and
+    /// function; one process per worker.
+    pub spans: Vec<Span>,
+    /// The training process.
+    pub pid: i32,
+    pub hz: u32,
+    /// When sampling ran, ns since the epoch.
+    pub start_wall_ns: u64,
+    pub end_wall_ns: u64,
 }
 
 /// Stack samples of a recording, ready for the flamegraph outputs.

@@ -12,15 +12,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Result};
 use plumber_collector::dataloader::{DataLoaderObservation, WorkerObservation};
 use plumber_collector::event::{DropCount, Event, NodeCounters, NodeObservation};
+use plumber_collector::stacks::{LabelValue, LabeledStack};
 use tracing::debug;
 
+use crate::clock::now_ns;
 use crate::cost::Thin;
 use crate::python::PyProcess;
-use crate::recording::{Prepared, Round, Source, Stop};
+use crate::recording::{Prepared, Round, Source, StageRecording, Stop};
 use crate::sink::EventSink;
 use crate::stop::STOP;
 use crate::target::{self, Target};
-use crate::torch::sampler::{Folded, Observed, StageNs, StageSampler};
+use crate::torch::frames::frame_label;
+use crate::torch::sampler::{Observed, Recorded, StageNs, StageSampler, StageStack};
 use crate::torch::stage::Stage;
 use crate::torch::{loader, Torch};
 
@@ -64,8 +67,10 @@ pub struct DataLoaderSource {
     hz: u32,
     thin: Thin,
     failures: u32,
-    /// The stage sampler's folded stacks, once it finished.
-    folded: Folded,
+    /// The stage sampler's stacks and spans, once it finished.
+    recorded: Recorded,
+    /// When the stage sampler started and stopped, ns since the epoch.
+    sampled_wall_ns: (u64, u64),
     /// Each worker's CPU when last read, ns.
     worker_cpu: std::collections::HashMap<i32, u64>,
 }
@@ -82,21 +87,31 @@ impl DataLoaderSource {
             hz,
             thin,
             failures: 0,
-            folded: Folded::new(),
+            recorded: Recorded::default(),
+            sampled_wall_ns: (0, 0),
             worker_cpu: Default::default(),
         }
     }
 
-    /// The stage stacks as sorted folded lines (`stack ns`).
-    pub fn stage_stacks(&self) -> Vec<String> {
-        let mut lines: Vec<String> = self
-            .folded
-            .iter()
-            .filter(|(_, &ns)| ns > 0)
-            .map(|(stack, ns)| format!("{stack} {ns}"))
+    /// The stage stacks and spans, once the recording finished, handed
+    /// over.
+    pub fn stage_recording(&mut self) -> StageRecording {
+        let r = std::mem::take(&mut self.recorded);
+        let mut stacks: Vec<LabeledStack> = r
+            .stacks
+            .into_iter()
+            .filter(|(_, ns)| *ns > 0)
+            .map(|(k, ns)| labeled(k, ns))
             .collect();
-        lines.sort_unstable();
-        lines
+        stacks.sort_unstable_by(|a, b| a.frames.cmp(&b.frames));
+        StageRecording {
+            stacks,
+            spans: r.spans,
+            pid: self.target.pid,
+            hz: self.hz,
+            start_wall_ns: self.sampled_wall_ns.0,
+            end_wall_ns: self.sampled_wall_ns.1,
+        }
     }
 
     fn observation(&mut self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
@@ -143,6 +158,25 @@ impl DataLoaderSource {
             job_cpu_ns: self.cpu_ns().unwrap_or(0),
             sharing_strategy: o.sharing_strategy.map(str::to_string),
         })
+    }
+}
+
+/// A stage stack for the outputs: rooted at `[stage]` and its process,
+/// as stages.folded has it, with the stage, the process and its pid as
+/// labels too (profile.pb.gz).
+fn labeled(k: StageStack, ns: u64) -> LabeledStack {
+    let mut frames = Vec::with_capacity(k.frames.len() + 2);
+    frames.push(format!("[{}]", k.stage.title()));
+    frames.push(k.process.to_string());
+    frames.extend(k.frames.iter().map(frame_label));
+    LabeledStack {
+        frames,
+        labels: vec![
+            ("stage", LabelValue::Str(stage_key(k.stage).into())),
+            ("process", LabelValue::Str(k.process.to_string())),
+            ("pid", LabelValue::Num(i64::from(k.pid))),
+        ],
+        value: ns,
     }
 }
 
@@ -285,9 +319,9 @@ impl Source for DataLoaderSource {
             .as_ref()
             .and_then(|s| s.observed().state)
             .map(|st| {
-                st.worker_pids
+                st.workers
                     .iter()
-                    .filter_map(|&p| target::process_cpu_ns(p))
+                    .filter_map(|&(_, p)| target::process_cpu_ns(p))
                     .sum()
             })
             .unwrap_or(0);
@@ -314,6 +348,7 @@ impl Source for DataLoaderSource {
                         self.hz,
                         self.thin.clone(),
                     )?);
+                    self.sampled_wall_ns.0 = now_ns().1;
                 }
                 Ok(None) => self.failures = 0,
                 Err(e) if self.failures < MAX_FAILURES => {
@@ -373,16 +408,19 @@ impl Source for DataLoaderSource {
     }
 
     fn finish(&mut self, _sink: &mut EventSink) -> Result<Vec<DropCount>> {
-        let (o, folded) = self
+        let (o, recorded) = self
             .sampler
             .take()
             .map(StageSampler::finish)
             .unwrap_or_default();
-        self.folded = folded;
+        self.sampled_wall_ns.1 = now_ns().1;
+        let over_limit = recorded.spans_over_limit;
+        self.recorded = recorded;
         Ok(vec![
             DropCount::new("python_frame_unreadable", o.bad_frames),
             DropCount::new("worker_unreadable", o.unreadable_workers.len() as u64),
             DropCount::new("stage_sampler_failed", u64::from(o.failed)),
+            DropCount::new("spans_over_limit", over_limit),
         ])
     }
 }

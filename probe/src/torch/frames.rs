@@ -86,6 +86,11 @@ impl Block {
 /// A frame's function and file.
 pub type Named = (Arc<str>, Arc<str>);
 
+/// A frame as the outputs name it: `function (file.py)`.
+pub fn frame_label((name, file): &Named) -> String {
+    format!("{name} ({})", crate::python::short_file(file))
+}
+
 /// Python stacks of one process.
 pub struct Frames {
     pub pid: i32,

@@ -202,15 +202,19 @@ impl IterReader {
         self.counts_fast().map(|(n, _)| i128::from(n))
     }
 
-    fn worker_pids(&self) -> Vec<i32> {
+    /// (worker id, pid) of each worker: its index in `_workers` is the
+    /// id torch gives it (`get_worker_info().id`).
+    fn workers(&self) -> Vec<(u32, i32)> {
         let Ok(list) = self.objs.follow(self.iter, "_workers") else {
             return Vec::new();
         };
         let n = self.objs.items(list).map(|v| v.len()).unwrap_or(0);
         (0..n)
-            .filter_map(|i| self.int(&format!("_workers[{i}]._popen.pid")))
-            .filter_map(|p| i32::try_from(p).ok())
-            .filter(|&p| p > 0)
+            .filter_map(|i| {
+                let pid = self.int(&format!("_workers[{i}]._popen.pid"))?;
+                Some((u32::try_from(i).ok()?, i32::try_from(pid).ok()?))
+            })
+            .filter(|&(_, p)| p > 0)
             .collect()
     }
 }
@@ -270,7 +274,7 @@ impl LoaderReader for IterReader {
             batch_size: self.int("_index_sampler.batch_size").and_then(to_u64),
             drop_last: self.flag("_index_sampler.drop_last"),
             tasks_outstanding: self.int("_tasks_outstanding").and_then(to_u64),
-            worker_pids: self.worker_pids(),
+            workers: self.workers(),
         })
     }
 }

@@ -4,13 +4,15 @@
 //! (`_num_yielded`), how it is configured and which worker processes it
 //! runs (`loader.rs`); a sampler reads every thread's Python stack in the
 //! training process and the workers to tell the stages apart
-//! (`sampler.rs`, `stage.rs`). Nothing is attached to the target: no
+//! (`sampler.rs`, `stage.rs`), and its ticks become trace.json's spans
+//! (`spans.rs`). Nothing is attached to the target: no
 //! uprobe, no BPF, only process_vm_readv and /proc.
 
 pub mod count;
 pub mod frames;
 pub mod loader;
 pub mod sampler;
+pub mod spans;
 pub mod stage;
 
 use std::fs;

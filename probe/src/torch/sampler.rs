@@ -7,6 +7,8 @@
 //! restarts (`count.rs`).
 //! Wall time, not CPU time: a worker blocked reading a file is in GetItem,
 //! and the training loop blocked on the result queue is stalled.
+//! Each thread's tick also goes to its stage stack (stages.folded,
+//! profile.pb.gz) and to its track's spans (trace.json, `spans.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,13 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use plumber_collector::stacks::Span;
 use tracing::debug;
 
 use super::count::{Count, EpochTotal};
-use super::frames::{Frames, Stack};
+use super::frames::{Frames, Named, Stack};
+use super::spans::{Role, Seen, StageSpans};
 use super::stage::{classify, sharing_strategy, Stage};
+use crate::clock::now_ns;
 use crate::cost::Thin;
-use crate::python::{short_file, PyProcess};
+use crate::python::PyProcess;
 
 /// What the loader says of itself, read from its iterator object.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -39,7 +44,8 @@ pub struct LoaderState {
     pub drop_last: bool,
     /// Batches sent to workers and not yet yielded.
     pub tasks_outstanding: Option<u64>,
-    pub worker_pids: Vec<i32>,
+    /// (worker id, pid) of each worker process.
+    pub workers: Vec<(u32, i32)>,
 }
 
 /// Reads the loader's iterator in the training process.
@@ -82,12 +88,59 @@ pub struct Observed {
 pub struct StageSampler {
     stop: Arc<AtomicBool>,
     shared: Arc<Mutex<Observed>>,
-    handle: Option<JoinHandle<Folded>>,
+    handle: Option<JoinHandle<Recorder>>,
 }
 
-/// Wall ns per folded stack: `[Stage];process;function (file);...`, the
-/// stage sampler's stacks for a flamegraph (stages.folded).
-pub type Folded = HashMap<String, u64>;
+/// A stack of one process in one stage: `[stage];process;function
+/// (file);...` in stages.folded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StageStack {
+    pub stage: Stage,
+    pub pid: i32,
+    /// `training loop (pid N)`, `worker K (pid M)`.
+    pub process: Arc<str>,
+    /// Outermost first.
+    pub frames: Vec<Named>,
+}
+
+/// Wall ns per stage stack.
+pub type StageStacks = HashMap<StageStack, u64>;
+
+/// What the sampler recorded besides its counts: the stage stacks and the
+/// spans.
+#[derive(Default)]
+struct Recorder {
+    stacks: StageStacks,
+    spans: StageSpans,
+}
+
+/// The stacks and spans of a finished sampler.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    pub stacks: StageStacks,
+    pub spans: Vec<Span>,
+    /// Spans past `spans::MAX_SPANS`, not kept.
+    pub spans_over_limit: u64,
+}
+
+impl Recorder {
+    /// Adds one thread's tick `[start_ns, end_ns]` to its stage stack (idle
+    /// time is left out: a flamegraph of where the time went, not of
+    /// waiting for work) and to its spans.
+    fn record(&mut self, seen: &Seen<'_>, stack: &Stack, start_ns: u64, end_ns: u64) {
+        self.spans.see(seen, start_ns, end_ns);
+        if seen.stage == Stage::Idle {
+            return;
+        }
+        let key = StageStack {
+            stage: seen.stage,
+            pid: seen.pid,
+            process: seen.process.clone(),
+            frames: stack.frames.clone(),
+        };
+        *self.stacks.entry(key).or_default() += end_ns.saturating_sub(start_ns);
+    }
+}
 
 impl StageSampler {
     /// Starts sampling the training process `py` at `hz`.
@@ -101,11 +154,12 @@ impl StageSampler {
         let shared = Arc::new(Mutex::new(Observed::default()));
         let mut run = Run {
             training: Frames::new(py),
+            training_name: format!("training loop (pid {})", py.pid).into(),
             parent: py.clone(),
             workers: HashMap::new(),
             reader,
             loop_thread: None,
-            folded: Folded::new(),
+            recorder: Recorder::default(),
             shared: shared.clone(),
             period: Duration::from_secs_f64(1.0 / f64::from(hz.max(1))),
             thin,
@@ -115,7 +169,7 @@ impl StageSampler {
             .name("stage-sampler".into())
             .spawn(move || {
                 run.run(&s);
-                run.folded
+                run.recorder
             })?;
         Ok(StageSampler {
             stop,
@@ -134,14 +188,23 @@ impl StageSampler {
         }
     }
 
-    /// Stops the thread and returns the final observation and the folded
-    /// stacks.
-    pub fn finish(mut self) -> (Observed, Folded) {
+    /// Stops the thread and returns the final observation, the stage
+    /// stacks and the spans.
+    pub fn finish(mut self) -> (Observed, Recorded) {
         self.stop.store(true, Ordering::Relaxed);
         let joined = self.handle.take().map(JoinHandle::join);
         let mut o = self.observed();
         o.failed = matches!(joined, Some(Err(_)));
-        (o, joined.and_then(Result::ok).unwrap_or_default())
+        let r = joined.and_then(Result::ok).unwrap_or_default();
+        let (spans, spans_over_limit) = r.spans.finish();
+        (
+            o,
+            Recorded {
+                stacks: r.stacks,
+                spans,
+                spans_over_limit,
+            },
+        )
     }
 }
 
@@ -154,15 +217,27 @@ impl Drop for StageSampler {
     }
 }
 
+/// A worker process followed.
+struct Worker {
+    /// Its id in the loader (`_workers` index).
+    id: u32,
+    /// `worker K (pid M)`.
+    name: Arc<str>,
+    /// None: its interpreter could not be read.
+    frames: Option<Frames>,
+}
+
 struct Run {
     training: Frames,
+    /// `training loop (pid N)`.
+    training_name: Arc<str>,
     /// The training process's interpreter: forked workers share its
     /// layout, so attaching to one needs no symbol lookup.
     parent: PyProcess,
-    workers: HashMap<i32, Option<Frames>>,
+    workers: HashMap<i32, Worker>,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
-    folded: Folded,
+    recorder: Recorder,
     shared: Arc<Mutex<Observed>>,
     period: Duration,
     /// The cost meter's say: a quarter of the rate once it slows us.
@@ -182,7 +257,8 @@ const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
 
 impl Run {
     fn run(&mut self, stop: &AtomicBool) {
-        let mut last_stacks = Instant::now();
+        // CLOCK_MONOTONIC, as the recording's other events.
+        let mut last_stacks = now_ns().0;
         let mut last_state: Option<Instant> = None;
         let mut lost = false;
         let mut reads = 0u32;
@@ -200,7 +276,7 @@ impl Run {
                 None
             };
             if let Some(s) = &state {
-                self.follow_workers(&s.worker_pids);
+                self.follow_workers(&s.workers);
             }
             let count = match &state {
                 Some(s) => Some(Count {
@@ -214,9 +290,9 @@ impl Run {
             self.counted(count, state);
             reads += 1;
             if reads.is_multiple_of(COUNTS_PER_TICK) {
-                let dt = now.duration_since(last_stacks).as_nanos() as u64;
-                last_stacks = now;
-                self.tick(dt);
+                let mono = now_ns().0;
+                self.tick(last_stacks, mono);
+                last_stacks = mono;
             }
         }
     }
@@ -236,9 +312,10 @@ impl Run {
     }
 
     /// Attaches to new workers and forgets the ones gone.
-    fn follow_workers(&mut self, pids: &[i32]) {
-        self.workers.retain(|pid, _| pids.contains(pid));
-        for &pid in pids {
+    fn follow_workers(&mut self, workers: &[(u32, i32)]) {
+        self.workers
+            .retain(|pid, _| workers.iter().any(|(_, p)| p == pid));
+        for &(id, pid) in workers {
             if self.workers.contains_key(&pid) {
                 continue;
             }
@@ -256,33 +333,54 @@ impl Run {
                     None
                 }
             };
-            self.workers.insert(pid, frames);
+            self.workers.insert(
+                pid,
+                Worker {
+                    id,
+                    name: format!("worker {id} (pid {pid})").into(),
+                    frames,
+                },
+            );
         }
     }
 
-    /// Reads every stack and adds `dt` to each thread's stage.
-    fn tick(&mut self, dt: u64) {
+    /// Reads every stack and adds the time since the last tick,
+    /// `[start_ns, end_ns]`, to each thread's stage.
+    fn tick(&mut self, start_ns: u64, end_ns: u64) {
+        let dt = end_ns.saturating_sub(start_ns);
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
+        let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
         if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
             if let Some(s) = training.iter().find(|s| s.thread_id == t) {
-                fold(&mut self.folded, st, "training loop", s, dt);
+                let seen = seen(pid, name, Role::TrainingLoop, st, s);
+                self.recorder.record(&seen, s, start_ns, end_ns);
                 if st == Stage::Receive {
                     strategy = sharing_strategy(&s.frames);
                 }
             }
         }
+        if let Some((st, s)) = pin {
+            let seen = seen(pid, name, Role::PinMemory, st, s);
+            self.recorder.record(&seen, s, start_ns, end_ns);
+        }
         let mut workers = Vec::new();
-        for (&pid, f) in self.workers.iter_mut() {
-            if let Some(stacks) = f.as_mut().and_then(Frames::stacks) {
+        for (&pid, w) in self.workers.iter_mut() {
+            if let Some(stacks) = w.frames.as_mut().and_then(Frames::stacks) {
                 let stages = worker_stages(&stacks);
-                for (st, s) in &stages {
-                    fold(&mut self.folded, *st, &format!("worker {pid}"), s, dt);
+                for &(st, in_loop, s) in &stages {
+                    let role = if in_loop {
+                        Role::WorkerLoop(w.id)
+                    } else {
+                        Role::Feeder(w.id)
+                    };
+                    let seen = seen(pid, &w.name, role, st, s);
+                    self.recorder.record(&seen, s, start_ns, end_ns);
                 }
                 workers.push((
                     pid,
-                    stages.into_iter().map(|(st, _)| st).collect::<Vec<_>>(),
+                    stages.into_iter().map(|(st, ..)| st).collect::<Vec<_>>(),
                 ));
             }
         }
@@ -290,7 +388,7 @@ impl Run {
             + self
                 .workers
                 .values()
-                .flatten()
+                .filter_map(|w| w.frames.as_ref())
                 .map(|f| f.bad_frames)
                 .sum::<u64>();
         let Ok(mut o) = self.shared.lock() else {
@@ -306,7 +404,7 @@ impl Run {
             Some(s) => *o.training.entry(s).or_default() += dt,
             None => o.training_unknown_ns += dt,
         }
-        if let Some(p) = pin {
+        if let Some((p, _)) = pin {
             *o.pin_memory.entry(p).or_default() += dt;
         }
         for (pid, stages) in workers {
@@ -318,15 +416,19 @@ impl Run {
     }
 
     /// The training loop's stage (once its thread is known: the one seen
-    /// in the loader's `next()`) and the pin-memory thread's.
-    fn training_stages(&mut self, stacks: &[Stack]) -> (Option<Stage>, Option<Stage>) {
+    /// in the loader's `next()`) and the pin-memory thread's, with its
+    /// stack.
+    fn training_stages<'s>(
+        &mut self,
+        stacks: &'s [Stack],
+    ) -> (Option<Stage>, Option<(Stage, &'s Stack)>) {
         let mut pin = None;
         let mut stages = Vec::with_capacity(stacks.len());
         // A partial stack says no stage: its thread's tick is not counted.
         for s in stacks.iter().filter(|s| s.complete) {
             let st = classify(&s.frames);
             if matches!(st, Stage::PinMemory) || (st == Stage::Idle && is_pin_thread(s)) {
-                pin = Some(st);
+                pin = Some((st, s));
                 continue;
             }
             if st.stalls() && self.loop_thread.is_none() {
@@ -341,37 +443,33 @@ impl Run {
     }
 }
 
+/// Thread `s` of process `pid` in `stage` at a tick.
+fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a Stack) -> Seen<'a> {
+    Seen {
+        pid,
+        process,
+        thread_id: s.thread_id,
+        role,
+        stage,
+        leaf: s.frames.last(),
+    }
+}
+
 fn is_pin_thread(s: &Stack) -> bool {
     s.frames.iter().any(|f| f.0.as_ref() == "_pin_memory_loop")
 }
 
-/// A worker's stages this tick, with the stacks that are in them: its
-/// main thread's (the one in `_worker_loop`), and Send when its result
-/// queue's feeder is busy.
-fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, &Stack)> {
+/// A worker's stages this tick, with whether the thread is the worker's
+/// loop and the stacks that are in them: its main thread's (the one in
+/// `_worker_loop`), and Send when its result queue's feeder is busy.
+fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, bool, &Stack)> {
     let mut out = Vec::with_capacity(2);
     for s in stacks.iter().filter(|s| s.complete) {
         let st = classify(&s.frames);
         let in_loop = s.frames.iter().any(|f| f.0.as_ref() == "_worker_loop");
         if in_loop || st == Stage::Send {
-            out.push((st, s));
+            out.push((st, in_loop, s));
         }
     }
     out
-}
-
-/// Adds `dt` to the folded stack of `s`, rooted at its stage and process.
-/// Idle time is left out: a flamegraph of where the time went, not of
-/// waiting for work.
-fn fold(folded: &mut Folded, stage: Stage, process: &str, s: &Stack, dt: u64) {
-    if stage == Stage::Idle {
-        return;
-    }
-    let mut line = format!("[{}];{process}", stage.title());
-    for (name, file) in &s.frames {
-        line.push(';');
-        // `;` separates frames in the folded format.
-        line.push_str(&format!("{name} ({})", short_file(file)).replace(';', ":"));
-    }
-    *folded.entry(line).or_default() += dt;
 }

@@ -74,6 +74,7 @@ impl<'a> SpanTrace<'a> {
                 op_name: opnames::model_name_of_path(path).to_string(),
                 start_ns: sp.start_ns,
                 end_ns: sp.end_ns,
+                ..Default::default()
             });
         }
     }
