@@ -2,7 +2,7 @@
 """Does the advice hold when applied? What a user does with the report, per workload:
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
-        [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil] [--runs 3] [--base-runs 1]
+        [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
@@ -65,6 +65,10 @@ CASES = {
     # and its one core bound the loop; workers move it to processes of
     # their own.
     "torch_gil": ("torch_pyxform.py", ["--num-workers", "0", "--batch-size", "16",
+                                       "--epoch-samples", "1024"], None),
+    # The same transform on two workers: each worker's GIL is busy, and the
+    # training loop waits on it for every tensor's file descriptor.
+    "torch_ipc": ("torch_pyxform.py", ["--num-workers", "2", "--batch-size", "16",
                                        "--epoch-samples", "1024"], None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
