@@ -45,17 +45,40 @@ pub(crate) struct IoResult {
     pub per_op: Vec<OpIo>,
     pub files: Vec<FileTotals>,
     pub unattributed_bytes: u64,
+    pub by_pid: PidFiles,
 }
+
+/// Reads of one file by one process over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileReads {
+    pub bytes: u64,
+    pub reads: u64,
+}
+
+/// Per process (the `pid` of `FileIo`s that name one), per path: what it
+/// read over the window.
+pub type PidFiles = BTreeMap<i32, BTreeMap<String, FileReads>>;
 
 /// (path, op_path as reported, tid) -> totals.
 #[derive(Debug, Default)]
 pub(crate) struct IoTracker {
     files: BTreeMap<(String, String, u32), IoAcc>,
+    by_pid: PidFiles,
 }
 
 impl IoTracker {
     pub(crate) fn add(&mut self, files: Vec<FileIo>) {
         for f in files {
+            if let Some(pid) = f.pid.filter(|_| f.reads > 0) {
+                let r = self
+                    .by_pid
+                    .entry(pid)
+                    .or_default()
+                    .entry(f.path.clone())
+                    .or_default();
+                r.bytes = r.bytes.saturating_add(f.bytes_read);
+                r.reads = r.reads.saturating_add(f.reads);
+            }
             let acc = IoAcc {
                 bytes_read: f.bytes_read,
                 reads: f.reads,
@@ -120,6 +143,7 @@ impl IoTracker {
             per_op,
             files,
             unattributed_bytes,
+            by_pid: self.by_pid,
         }
     }
 }

@@ -3,9 +3,12 @@
 //! workers, and its batches, samples and data stall agree with what the
 //! training loop counted itself.
 
+use plumber_collector::proto::PipelineSnapshot;
 use serde_json::Value;
 
-use crate::harness::{gt_at_lines, record_out, tempdir, torch_python, Workload};
+use crate::harness::{
+    gt_at_lines, read_snapshot, record_out, repo, tempdir, torch_python, Workload,
+};
 
 /// What one recording of a workload is checked against.
 struct Case<'a> {
@@ -58,9 +61,22 @@ fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
     }
 }
 
+/// What a checked recording leaves to look at further.
+struct Checked {
+    /// dataloader.json.
+    d: Value,
+    /// The workload's stdout, up to a second past the window's end.
+    lines: Vec<String>,
+    snapshot: PipelineSnapshot,
+}
+
 /// Records the case and compares dataloader.json with the loop's own
 /// counts over the same window; returns the summary.
 fn check(case: &Case) -> Value {
+    check_all(case).d
+}
+
+fn check_all(case: &Case) -> Checked {
     // Epochs of 64 batches: the count misses at most what the loop takes
     // in one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of
     // a 64-batch epoch at worst.
@@ -91,7 +107,9 @@ fn check(case: &Case) -> Value {
         d["start_wall_ns"].as_i64().expect("start_wall_ns"),
         d["end_wall_ns"].as_i64().expect("end_wall_ns"),
     );
-    let lines = lines_past(&w, t1);
+    // A second past the end: the workers' last IO lines before the end
+    // are in (an item takes milliseconds).
+    let lines = lines_past(&w, t1 + 1_000_000_000);
     let gt = |key: &str| gt_at_lines(&lines, t1, key) - gt_at_lines(&lines, t0, key);
     let who = format!("{} {}", case.script, case.args.join(" "));
     let (batches, want) = (num(&d, "batches"), gt("root"));
@@ -159,7 +177,11 @@ fn check(case: &Case) -> Value {
         );
         assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
     }
-    d
+    Checked {
+        d,
+        lines,
+        snapshot: read_snapshot(&dir.join("stats.pb")),
+    }
 }
 
 #[test]
@@ -238,6 +260,185 @@ fn dataloader_python_transform_and_iterable_dataset() {
         args: &["--num-workers", "2", "--batch-size", "16"],
         seconds: 8.0,
     });
+}
+
+/// The IO lines of one process: (wall_ns, bytes, reads), in order.
+fn io_lines(lines: &[String], pid: i64) -> Vec<(i64, u64, u64)> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("IO "))
+        .filter_map(|l| {
+            let f = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(k)?.parse::<i64>().ok())
+            };
+            (f("pid=")? == pid).then_some((
+                f("wall_ns=")?,
+                f("bytes=")? as u64,
+                f("reads=")? as u64,
+            ))
+        })
+        .collect()
+}
+
+/// Bounds of what a process had read of the dataset at instant `t`, by
+/// `key` (0: bytes, 1: reads): its last IO line at or before `t`, its first
+/// at or after (none after: nothing read since its last; none before:
+/// nothing read yet, a worker's first line being its zeros).
+fn io_bounds(pts: &[(i64, u64, u64)], t: i64, key: usize) -> (u64, u64) {
+    let v = |p: &(i64, u64, u64)| if key == 0 { p.1 } else { p.2 };
+    let lo = pts.iter().rfind(|p| p.0 <= t).map_or(0, v);
+    let hi = pts.iter().find(|p| p.0 >= t).or(pts.last()).map_or(0, v);
+    (lo, hi)
+}
+
+/// Bounds of what a process read of the dataset between `t0` and `t1`.
+fn io_window(pts: &[(i64, u64, u64)], t0: i64, t1: i64, key: usize) -> (u64, u64) {
+    let (lo0, hi0) = io_bounds(pts, t0, key);
+    let (lo1, hi1) = io_bounds(pts, t1, key);
+    (lo1.saturating_sub(hi0), hi1 - lo0)
+}
+
+/// (bytes, reads) a process's entry of dataloader.json says it read from
+/// files under `dir`.
+fn read_under(p: &Value, dir: &str) -> (u64, u64) {
+    p["io_dirs"]
+        .as_array()
+        .expect("io_dirs")
+        .iter()
+        .filter(|d| {
+            d["dir"]
+                .as_str()
+                .is_some_and(|x| x == dir || x.starts_with(&format!("{dir}/")))
+        })
+        .fold((0, 0), |(b, r), d| {
+            (
+                b + d["bytes"].as_u64().unwrap_or(0),
+                r + d["reads"].as_u64().unwrap_or(0),
+            )
+        })
+}
+
+/// The probe's file reads against the workload's own counts (its IO
+/// lines: what each process's read() syscalls on the dataset's files
+/// returned), per process, over the window. The probe cuts its counts at
+/// the window's two instants; the workload prints a count after each item,
+/// so at each instant a process's true count is known to within the item
+/// it was reading then: the probe must fall inside those bounds, and equal
+/// the count exactly for a process that started and ended inside the
+/// window. Returns how many processes were compared exactly.
+fn check_file_reads(c: &Checked, data: &str, who: &str) -> usize {
+    let (t0, t1) = (
+        c.d["start_wall_ns"].as_i64().expect("start"),
+        c.d["end_wall_ns"].as_i64().expect("end"),
+    );
+    let io = &c.d["io"];
+    assert!(io.is_object(), "{who}: no file reads in dataloader.json");
+    let training_pid = c
+        .lines
+        .iter()
+        .find(|l| l.starts_with("READY "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("pid=")?.parse::<i64>().ok())
+        })
+        .expect("READY pid");
+    let mut procs: Vec<(i64, &Value)> = c.d["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| (w["pid"].as_i64().expect("pid"), w))
+        .collect();
+    procs.push((training_pid, &io["training"]));
+    let mut exact = 0;
+    let mut total = (0u64, 0u64, 0u64);
+    for (pid, p) in &procs {
+        let pts = io_lines(&c.lines, *pid);
+        let (bytes, reads) = read_under(p, data);
+        let (lo, hi) = io_window(&pts, t0, t1, 0);
+        let (rlo, rhi) = io_window(&pts, t0, t1, 1);
+        eprintln!(
+            "{who}: process {pid}: {bytes} bytes in {reads} reads of the dataset; its own count {lo}..={hi} bytes, {rlo}..={rhi} reads"
+        );
+        assert!(
+            lo <= bytes && bytes <= hi && rlo <= reads && reads <= rhi,
+            "{who}: process {pid} read {bytes} bytes in {reads} reads of {data}, its own count says {lo}..={hi} bytes, {rlo}..={rhi} reads"
+        );
+        if lo == hi && lo > 0 {
+            exact += 1;
+        }
+        total = (total.0 + bytes, total.1 + lo, total.2 + hi);
+        // Every byte the probe counted is in the process's total.
+        assert!(
+            p["io_bytes"].as_u64().unwrap_or(0) >= bytes,
+            "{who}: process {pid}: io_bytes below its dataset bytes: {p}"
+        );
+    }
+    eprintln!(
+        "{who}: the dataset's bytes in the window: probe {}, the job's own count {}..={}",
+        total.0, total.1, total.2
+    );
+    // The stage that reads: its node in stats.pb has the bytes too.
+    let get_item = c
+        .snapshot
+        .stats
+        .iter()
+        .find(|s| s.name.starts_with("GetItemDataset"))
+        .expect("GetItem's stats");
+    assert!(
+        get_item.probe_io_bytes_read as u64 >= total.0 && get_item.probe_files_opened > 0,
+        "{who}: GetItem's file reads in stats.pb, {} bytes from {} files, miss the {} bytes of the dataset",
+        get_item.probe_io_bytes_read,
+        get_item.probe_files_opened,
+        total.0
+    );
+    exact
+}
+
+/// The dataset directory, as the workload is given it.
+fn data_dir() -> String {
+    repo()
+        .canonicalize()
+        .expect("repo")
+        .join("tests/data/torch_images")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn dataloader_file_reads_match_the_job_per_process() {
+    let data = data_dir();
+    // Without workers: the training loop reads every file itself, over the
+    // whole window (bounds of one item at each end).
+    let c = check_all(&Case {
+        script: "torch_image.py",
+        args: &["--num-workers", "0", "--batch-size", "16", "--data", &data],
+        seconds: 8.0,
+    });
+    check_file_reads(&c, &data, "no workers");
+    // Two forked workers, a new pair every epoch of 8 batches: the pairs
+    // that started and ended inside the window are counted exactly.
+    let c = check_all(&Case {
+        script: "torch_image.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--epoch-samples",
+            "128",
+            "--data",
+            &data,
+        ],
+        seconds: 10.0,
+    });
+    let exact = check_file_reads(&c, &data, "2 workers");
+    assert!(
+        exact >= 1,
+        "no worker lived inside the window: nothing compared exactly"
+    );
+    // The training process reads none of the dataset beside its workers.
+    assert_eq!(read_under(&c.d["io"]["training"], &data), (0, 0));
 }
 
 /// The CHECKSUM line of a workload that ran to its end.

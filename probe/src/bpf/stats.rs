@@ -25,7 +25,7 @@ pub struct ProgRef {
 }
 
 impl ProgRef {
-    fn of(prog: &Program<'_>) -> Option<ProgRef> {
+    pub(crate) fn of(prog: &Program<'_>) -> Option<ProgRef> {
         let id = Program::id_from_fd(prog.as_fd()).ok()?;
         Some(ProgRef {
             id,
