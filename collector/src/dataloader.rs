@@ -477,7 +477,7 @@ impl DataLoaderSummary {
             ("the training loop", &io.training, "its")
         };
         let mut line = format!(
-            "  file reads: {who} {} from {} files ({:.1} MB/s, {:.0}% of {its} get-item time inside reads)",
+            "  file reads: {who} {} from {} files ({:.1} MB/s, {:.1}% of {its} get-item time inside reads)",
             mb(stage.io_bytes),
             stage.io_files,
             stage.io_bytes as f64 / 1e6 / self.window_s,

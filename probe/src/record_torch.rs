@@ -62,7 +62,7 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Record
     let thin = Thin::default();
     let mut obj = MaybeUninit::uninit();
     let io = match ProcIo::start(&mut obj, pid) {
-        Ok(io) => FileReads::Measured(io),
+        Ok(io) => FileReads::Measured(Box::new(io)),
         Err(e) => {
             warn!("the job's file reads are not measured: {e}");
             FileReads::NotMeasured(crate::errors::one_line(&anyhow!(e)))

@@ -231,7 +231,10 @@ fn dataloader_training_step_bound() {
 
 #[test]
 fn dataloader_spawned_persistent_workers() {
-    check(&Case {
+    // Spawned workers are the training process's children too: their
+    // reads are followed, within one item at each end of the window.
+    let data = data_dir();
+    let c = check_all(&Case {
         script: "torch_image.py",
         args: &[
             "--num-workers",
@@ -241,9 +244,12 @@ fn dataloader_spawned_persistent_workers() {
             "--start-method",
             "spawn",
             "--persistent-workers",
+            "--data",
+            &data,
         ],
         seconds: 8.0,
     });
+    check_file_reads(&c, &data, "spawn");
 }
 
 #[test]

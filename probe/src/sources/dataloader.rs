@@ -48,7 +48,7 @@ const HOLD: Duration = Duration::from_secs(3);
 
 /// The job's file reads, or why they are not measured.
 pub enum FileReads<'obj> {
-    Measured(ProcIo<'obj>),
+    Measured(Box<ProcIo<'obj>>),
     NotMeasured(String),
 }
 
