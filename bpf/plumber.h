@@ -246,7 +246,7 @@ struct pp_proc_io {
  * user. */
 enum pp_tree_drop {
 	PP_TREE_DROP_PROC_MAP_FULL = 0,		/* a child not followed */
-	PP_TREE_DROP_INFLIGHT_MAP_FULL = 1,	/* a read or an open not counted */
+	PP_TREE_DROP_NO_TASK_STORAGE = 1,	/* a read or an open not counted (no task storage for it) */
 	PP_TREE_DROP_RINGBUF_FULL = 2,		/* a file event lost (its bytes still count in pp_proc_io) */
 	PP_TREE_DROP_NO_NS_PID = 3,		/* a child with no PID in our namespace: not followed */
 	PP_TREE_DROP__COUNT = 4,

@@ -54,8 +54,8 @@ struct {
 	__type(value, struct pp_proc_io);
 } procs SEC(".maps");
 
-/* A followed read or open between its entry and its exit (key: global
- * tid). */
+/* A followed read or open between its entry and its exit, in the thread's
+ * own storage. */
 struct inflight {
 	__u64 start;
 	__u64 dev;
@@ -65,12 +65,16 @@ struct inflight {
 	__u32 tid;
 	__s32 nr;
 	__s32 fd;		/* a read's fd, an open's dirfd */
+	__u32 active;		/* between an entry and its exit */
+	__u32 _pad;
 };
 
+/* Per thread: no hashing, freed with the thread (a thread killed inside a
+ * read leaves nothing behind). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
@@ -188,22 +192,24 @@ static __always_inline bool regular_file(__s32 fd, __u64 *dev, __u64 *ino)
 {
 	if (fd < 0)
 		return false;
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
-	if (!fdt || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
+	/* Typed kernel pointers: plain loads (a faulting one reads 0), not a
+	 * helper call each. */
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct fdtable *fdt = t->files->fdt;
+	if (!fdt || (__u32)fd >= fdt->max_fds)
 		return false;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = NULL;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	struct file *raw = NULL;
+	if (bpf_probe_read_kernel(&raw, sizeof(raw), &fdt->fd[fd]) || !raw)
 		return false;
-	struct inode *in = BPF_CORE_READ(f, f_inode);
-	if (!in || (BPF_CORE_READ(in, i_mode) & S_IFMT) != S_IFREG)
+	struct file *f = bpf_core_cast(raw, struct file);
+	struct inode *in = f->f_inode;
+	if (!in || (in->i_mode & S_IFMT) != S_IFREG)
 		return false;
-	struct super_block *sb = BPF_CORE_READ(in, i_sb);
-	if (pseudo_fs(BPF_CORE_READ(sb, s_magic)))
+	struct super_block *sb = in->i_sb;
+	if (pseudo_fs(sb->s_magic))
 		return false;
-	*dev = BPF_CORE_READ(sb, s_dev);
-	*ino = BPF_CORE_READ(in, i_ino);
+	*dev = sb->s_dev;
+	*ino = in->i_ino;
 	return true;
 }
 
@@ -220,11 +226,15 @@ static __always_inline bool is_open_nr(__s32 nr)
 
 static __always_inline int begin(struct inflight *v)
 {
-	__u32 key = (__u32)bpf_get_current_pid_tgid();
-
+	struct inflight *slot = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!slot) {
+		count_drop(PP_TREE_DROP_NO_TASK_STORAGE);
+		return 0;
+	}
 	v->start = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&inflight, &key, v, BPF_ANY))
-		count_drop(PP_TREE_DROP_INFLIGHT_MAP_FULL);
+	v->active = 1;
+	*slot = *v;
 	return 0;
 }
 
@@ -318,14 +328,13 @@ static __always_inline int open_done(struct inflight *v, __s64 ret, __u64 now)
 SEC("tracepoint")
 int tree_sys_exit(struct sys_exit_rec *ctx)
 {
-	__u32 key = (__u32)bpf_get_current_pid_tgid();
-	struct inflight *found = bpf_map_lookup_elem(&inflight, &key);
-	if (!found)
+	struct inflight *found = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	if (!found || !found->active)
 		return 0;
 	struct inflight v = *found;
 	__u64 now = bpf_ktime_get_ns();
 
-	bpf_map_delete_elem(&inflight, &key);
+	found->active = 0;
 	if (v.nr != ctx->nr)
 		return 0; /* an entry whose exit was missed (the thread was killed) */
 	if (is_read_nr(v.nr))

@@ -22,7 +22,7 @@ use skel::{ProcioSkel, ProcioSkelBuilder};
 /// Names of `enum pp_tree_drop`, in order.
 pub const TREE_DROP_NAMES: [&str; 4] = [
     "io_process_map_full",
-    "io_inflight_map_full",
+    "io_task_storage_failed",
     "io_ringbuf_full",
     "io_child_without_pid",
 ];

@@ -364,6 +364,115 @@ mod tests {
         assert_eq!(parent, Some(me));
     }
 
+    /// The BPF side on this process: a child it forks (a shell, and the
+    /// `cat` and `wc` the shell forks) is followed from its first read,
+    /// its reads of a regular file are counted to the byte, and a pipe's
+    /// are not. Needs root (CI runs the tests as root): skipped otherwise.
+    #[test]
+    fn children_are_followed_and_only_regular_files_count() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: loading BPF needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("procio-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("data.bin");
+        let size = 3 * 1024 * 1024 + 17;
+        std::fs::write(&file, vec![7u8; size]).expect("write");
+        let mut obj = MaybeUninit::uninit();
+        let mut io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("cat {} | wc -c > /dev/null", file.display()))
+            .status()
+            .expect("sh");
+        assert!(status.success());
+        let (mono, _) = crate::clock::now_ns();
+        let cut = io.cut(mono).expect("cut");
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = file.to_string_lossy();
+        let of_file: Vec<&FileIo> = cut.files.iter().filter(|f| f.path == path).collect();
+        let bytes: u64 = of_file.iter().map(|f| f.bytes_read).sum();
+        assert_eq!(bytes, size as u64, "{of_file:?}");
+        assert_eq!(of_file.iter().map(|f| f.opens).sum::<u64>(), 1);
+        // Read by one process, a child of a child: followed from its fork.
+        let reader = of_file[0].pid.expect("pid");
+        assert!(of_file.iter().all(|f| f.pid == Some(reader)));
+        let counts = cut
+            .processes
+            .iter()
+            .find(|p| p.pid == reader)
+            .expect("the reader's counts");
+        assert!(counts.counters.parent != 0, "{counts:?}");
+        assert!(counts.counters.bytes >= size as u64, "{counts:?}");
+        // The pipe's bytes are nobody's: the regular files' reads add up
+        // to what the counters say.
+        let all: u64 = cut.files.iter().map(|f| f.bytes_read).sum();
+        let counted: u64 = cut.processes.iter().map(|p| p.counters.bytes).sum();
+        assert_eq!(all, counted);
+        assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
+    }
+
+    /// What a read costs in the BPF programs (their run time, the
+    /// kernel's statistics), for a followed process (`dd` reading a
+    /// cached file in 4 KiB reads, a child of this one) and for one not
+    /// followed (the same `dd` before the object is loaded is the baseline
+    /// of its wall time). BENCHMARKS.md: `sudo cargo test --release -p
+    /// plumber-probe --bins procio_read_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn procio_read_cost() {
+        use crate::bpf::stats::{enable_run_time_stats, open_program, run_stats};
+        use std::os::fd::AsFd;
+        let dir = std::env::temp_dir().join(format!("procio-cost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("data.bin");
+        std::fs::write(&file, vec![1u8; 64 << 20]).expect("write");
+        let dd = || {
+            let t = std::time::Instant::now();
+            let ok = std::process::Command::new("dd")
+                .arg(format!("if={}", file.display()))
+                .args(["of=/dev/null", "bs=4096", "status=none"])
+                .status()
+                .expect("dd")
+                .success();
+            assert!(ok);
+            t.elapsed().as_secs_f64()
+        };
+        let reads = (64 << 20) / 4096;
+        let plain = (0..5).map(|_| dd()).fold(f64::MAX, f64::min);
+        let _stats = enable_run_time_stats().expect("stats");
+        let mut obj = MaybeUninit::uninit();
+        let mut io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
+        let fds: Vec<_> = io
+            .programs()
+            .into_iter()
+            .filter_map(|p| open_program(p.id).map(|fd| (p.name, fd)))
+            .collect();
+        let before: Vec<(u64, u64)> = fds
+            .iter()
+            .map(|(_, fd)| run_stats(fd.as_fd()).unwrap_or_default())
+            .collect();
+        let followed = (0..5).map(|_| dd()).fold(f64::MAX, f64::min);
+        for ((name, fd), (c0, n0)) in fds.iter().zip(before) {
+            let (c, n) = run_stats(fd.as_fd()).unwrap_or_default();
+            let runs = c.saturating_sub(c0).max(1);
+            eprintln!(
+                "{name}: {} runs, {:.0} ns each",
+                c - c0,
+                (n - n0) as f64 / runs as f64
+            );
+        }
+        io.drain();
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "dd, {reads} reads of 4 KiB: {:.0} ns a read unfollowed, {:.0} ns followed (+{:.0} ns)",
+            plain * 1e9 / reads as f64,
+            followed * 1e9 / reads as f64,
+            (followed - plain) * 1e9 / reads as f64
+        );
+    }
+
     #[test]
     fn unknown_files_name_their_device_and_inode() {
         assert_eq!(
