@@ -40,8 +40,6 @@ pub const SAMPLE_HZ: u32 = 50;
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Failed looks in a row before the recording fails.
 const MAX_FAILURES: u32 = 10;
-/// Between two drains of the file events (the ring holds ~65,000 reads).
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
 /// How long the reads of a process the loader has not named wait to be
 /// told a worker's: the loader's workers are read every 0.5 s.
 const HOLD: Duration = Duration::from_secs(3);
@@ -524,11 +522,6 @@ impl Source for DataLoaderSource<'_> {
 
     fn default_interval(&self) -> Duration {
         INTERVAL
-    }
-
-    fn tick(&mut self) -> Option<Duration> {
-        self.drain_io();
-        matches!(self.io, FileReads::Measured(_)).then_some(DRAIN_EVERY)
     }
 
     fn finish(&mut self, sink: &mut EventSink) -> Result<Vec<DropCount>> {

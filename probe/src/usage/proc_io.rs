@@ -5,6 +5,7 @@
 //! each poll's instant and named by path, and the counts are read there
 //! too, so that both end every poll on the same instant.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::mem::MaybeUninit;
 
@@ -36,8 +37,8 @@ pub struct Cut {
 /// Files named at most before the names are forgotten.
 const MAX_NAMES: usize = 200_000;
 
-/// A file read by a process, as the events name it.
-type FileKey = (i32, String, u32);
+/// A file read by a thread of a process: (pid, dev, ino, tid).
+type FileKey = (i32, u64, u64, u32);
 
 pub struct ProcIo<'obj> {
     /// Declared before `bpf`: the reader goes first.
@@ -116,7 +117,7 @@ impl<'obj> ProcIo<'obj> {
             self.paths.clear();
             self.sizes.clear();
         }
-        let mut acc: BTreeMap<FileKey, FileIo> = BTreeMap::new();
+        let mut acc: HashMap<FileKey, FileIo> = HashMap::new();
         let mut cwd: HashMap<i32, Option<String>> = HashMap::new();
         for e in now {
             match e.kind {
@@ -152,10 +153,9 @@ impl<'obj> ProcIo<'obj> {
             }
         }
         processes.sort_by_key(|p| p.pid);
-        Ok(Cut {
-            processes,
-            files: acc.into_values().collect(),
-        })
+        let mut files: Vec<FileIo> = acc.into_values().collect();
+        files.sort_by(|a, b| (a.pid, &a.path, a.tid).cmp(&(b.pid, &b.path, b.tid)));
+        Ok(Cut { processes, files })
     }
 
     fn on_open(&mut self, e: TreeIoEvent, cwd: &mut HashMap<i32, Option<String>>) {
@@ -165,41 +165,48 @@ impl<'obj> ProcIo<'obj> {
         *self.opens.entry((pid, e.dev, e.ino)).or_default() += 1;
     }
 
-    fn on_read(&mut self, e: &TreeIoEvent, acc: &mut BTreeMap<FileKey, FileIo>) {
+    fn on_read(&mut self, e: &TreeIoEvent, acc: &mut HashMap<FileKey, FileIo>) {
         let pid = e.tgid as i32;
-        let key = (e.dev, e.ino);
-        let path = match self.paths.get(&key) {
-            Some(p) => p.clone(),
-            None => {
-                // Opened before the recording, inherited or dup'ed: the fd
-                // may still name it.
-                let p = std::fs::read_link(format!("/proc/{pid}/fd/{}", e.fd))
-                    .ok()
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .filter(|p| p.starts_with('/'))
-                    .unwrap_or_else(|| unknown_file(e.dev, e.ino));
-                self.paths.insert(key, p.clone());
-                p
+        let opens = self.opens.remove(&(pid, e.dev, e.ino)).unwrap_or(0);
+        // Named once per file and cut, not per read.
+        let f = match acc.entry((pid, e.dev, e.ino, e.tid)) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => {
+                let path = self.name(pid, e);
+                let size = *self
+                    .sizes
+                    .entry((e.dev, e.ino))
+                    .or_insert_with(|| file_size(pid, &path));
+                v.insert(FileIo {
+                    path,
+                    pid: Some(pid),
+                    tid: e.tid,
+                    size,
+                    ..Default::default()
+                })
             }
         };
-        let opens = self.opens.remove(&(pid, e.dev, e.ino)).unwrap_or(0);
-        let size = *self
-            .sizes
-            .entry(key)
-            .or_insert_with(|| file_size(pid, &path));
-        let f = acc
-            .entry((pid, path.clone(), e.tid))
-            .or_insert_with(|| FileIo {
-                path,
-                pid: Some(pid),
-                tid: e.tid,
-                ..Default::default()
-            });
         f.bytes_read += e.ret.max(0) as u64;
         f.reads += 1;
         f.read_ns += e.dur_ns;
         f.opens += opens;
-        f.size = size;
+    }
+
+    /// The path of the file a read event read.
+    fn name(&mut self, pid: i32, e: &TreeIoEvent) -> String {
+        let key = (e.dev, e.ino);
+        if let Some(p) = self.paths.get(&key) {
+            return p.clone();
+        }
+        // Opened before the recording, inherited or dup'ed: the fd may
+        // still name it.
+        let p = std::fs::read_link(format!("/proc/{pid}/fd/{}", e.fd))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+            .filter(|p| p.starts_with('/'))
+            .unwrap_or_else(|| unknown_file(e.dev, e.ino));
+        self.paths.insert(key, p.clone());
+        p
     }
 
     /// What was lost: the BPF side's drops and malformed events.
