@@ -447,6 +447,57 @@ fn dataloader_file_reads_match_the_job_per_process() {
     assert_eq!(read_under(&c.d["io"]["training"], &data), (0, 0));
 }
 
+#[test]
+fn dataloader_without_bpf_says_file_reads_are_not_measured() {
+    // Root without CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (a container's
+    // root, say) reads the loader but cannot load BPF: the recording goes
+    // on and says what it did not measure.
+    let w = Workload::start_in(
+        &[],
+        &torch_python(),
+        "torch_image.py",
+        &[
+            "--seconds",
+            "600",
+            "--num-workers",
+            "1",
+            "--batch-size",
+            "16",
+        ],
+    );
+    let dir = tempdir("torch-no-bpf");
+    let o = std::process::Command::new("setpriv")
+        .args([
+            "--bounding-set=-bpf,-perfmon,-sys_admin",
+            "--inh-caps=-bpf,-perfmon,-sys_admin",
+        ])
+        .arg(crate::harness::probe_bin())
+        .args(["--pid", &w.pid.to_string(), "--duration", "3", "-q"])
+        .arg("--output")
+        .arg(&*dir)
+        .output()
+        .expect("setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("  file reads: not measured"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("  - file reads (loading BPF programs")),
+        "{stdout}"
+    );
+    let d: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("dataloader.json")).expect("dataloader.json"),
+    )
+    .expect("json");
+    assert!(d.get("io").is_none(), "{d}");
+    assert!(d["batches"].as_u64().unwrap_or(0) > 0, "{d}");
+}
+
 /// The CHECKSUM line of a workload that ran to its end.
 fn checksum_after_exit(mut w: Workload) -> String {
     let status = w.child.wait().expect("wait for the workload");
