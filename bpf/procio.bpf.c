@@ -31,6 +31,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "plumber.h"
+#include "file_syscalls.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -85,16 +86,6 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 * 1024 * 1024);
 } tree_events SEC(".maps");
-
-/* x86-64 syscall numbers. */
-#define NR_read 0
-#define NR_open 2
-#define NR_pread64 17
-#define NR_readv 19
-#define NR_openat 257
-#define NR_preadv 295
-#define NR_preadv2 327
-#define NR_openat2 437
 
 #define AT_FDCWD (-100)
 #define S_IFMT 00170000
@@ -212,17 +203,6 @@ static __always_inline bool regular_file(__s32 fd, __u64 *dev, __u64 *ino)
 	*dev = sb->s_dev;
 	*ino = in->i_ino;
 	return true;
-}
-
-static __always_inline bool is_read_nr(__s32 nr)
-{
-	return nr == NR_read || nr == NR_pread64 || nr == NR_readv || nr == NR_preadv ||
-	       nr == NR_preadv2;
-}
-
-static __always_inline bool is_open_nr(__s32 nr)
-{
-	return nr == NR_open || nr == NR_openat || nr == NR_openat2;
 }
 
 static __always_inline int begin(struct inflight *v)

@@ -33,6 +33,7 @@ fn main() {
         "probe.bpf.c",
         "procio.bpf.c",
         "plumber.h",
+        "file_syscalls.h",
         "sample.bpf.c",
         "sample.h",
         "stack_copy.h",

@@ -156,10 +156,6 @@ impl<'obj> ProcIoBpf<'obj> {
     /// The object's programs, for the cost meter.
     pub fn programs(&self) -> Vec<ProgRef> {
         use libbpf_rs::skel::Skel;
-        self.skel
-            .object()
-            .progs()
-            .filter_map(|p| ProgRef::of(&p))
-            .collect()
+        super::stats::programs_of(self.skel.object())
     }
 }
