@@ -111,11 +111,14 @@ impl<'obj> ProcIo<'obj> {
             .into_iter()
             .partition(|e| e.mono_ns <= mono_ns);
         self.queue = later;
-        if self.paths.len() > MAX_NAMES {
-            // Bounded memory on datasets of millions of files: a file read
-            // again is named again by its next open, or by its fd.
+        if self.paths.len() > MAX_NAMES || self.opens.len() > MAX_NAMES {
+            // Bounded memory on datasets of millions of files (and on the
+            // shared-memory files a long-lived worker opens per batch and
+            // never reads): a file read again is named again by its next
+            // open, or by its fd.
             self.paths.clear();
             self.sizes.clear();
+            self.opens.clear();
         }
         let mut acc: HashMap<FileKey, FileIo> = HashMap::new();
         let mut cwd: HashMap<i32, Option<String>> = HashMap::new();
