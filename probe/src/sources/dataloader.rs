@@ -1,13 +1,14 @@
 //! `--pid` on a PyTorch training process: its DataLoader as a pipeline.
-//! Nothing is attached to the target: the loader's iterator object is
+//! Nothing is attached to the target's code: the loader's iterator object is
 //! found in the training loop's frames and read at every sampler tick
 //! (`crate::torch::loader`), the stage sampler reads every thread's Python
 //! stack in the training process and its workers (`crate::torch::sampler`),
 //! and each poll turns what they saw into the pipeline's nodes (the stages,
 //! docs/stats-format.md "PyTorch") and a `DataLoader` event. The job's
-//! file reads, when its BPF side loaded (`crate::usage::proc_io`), go into
-//! that event per process and into an `Io` event per file, the workers'
-//! (and, without workers, the training loop's) as the GetItem stage's.
+//! file reads, when their BPF side loaded (`crate::usage::proc_io`: file
+//! syscall tracepoints), go into that event per process and into an `Io`
+//! event per file, the workers' (and, without workers, the training
+//! loop's) as the GetItem stage's.
 
 use std::time::{Duration, Instant};
 
