@@ -48,7 +48,7 @@ pub(crate) struct AttributionResult {
     pub unattributed_io_bytes: u64,
     /// What each process read, per file, where the reads name their
     /// process (a PyTorch job's).
-    pub files_by_pid: crate::fileio::PidFiles,
+    pub files_by_pid: crate::process_files::PidFiles,
     /// Cumulative thread counters that went backwards (clamped to 0).
     pub backwards: u64,
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fileio::{FileReads, PidFiles};
+use crate::process_files::{FileReads, PidFiles};
 
 /// Cumulative, from the start of sampling, at `mono_ns`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

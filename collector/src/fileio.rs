@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::event::{FileIo, LockSite};
+use crate::process_files::PidFiles;
 use crate::totals::{FileTotals, LockSiteTotals};
 
 #[derive(Clone, Debug, Default)]
@@ -47,17 +48,6 @@ pub(crate) struct IoResult {
     pub unattributed_bytes: u64,
     pub by_pid: PidFiles,
 }
-
-/// Reads of one file by one process over the window.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FileReads {
-    pub bytes: u64,
-    pub reads: u64,
-}
-
-/// Per process (the `pid` of `FileIo`s that name one), per path: what it
-/// read over the window.
-pub type PidFiles = BTreeMap<i32, BTreeMap<String, FileReads>>;
 
 /// (path, op_path as reported, tid) -> totals.
 #[derive(Debug, Default)]

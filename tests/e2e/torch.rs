@@ -422,8 +422,10 @@ fn dataloader_file_reads_match_the_job_per_process() {
         seconds: 8.0,
     });
     check_file_reads(&c, &data, "no workers");
-    // Two forked workers, a new pair every epoch of 8 batches: the pairs
+    // Two forked workers, a new pair every epoch of 16 batches: the pairs
     // that started and ended inside the window are counted exactly.
+    // (Epochs of 8 batches once made the batch count run at twice the
+    // loop's under load: torch/count.rs, not the file reads.)
     let c = check_all(&Case {
         script: "torch_image.py",
         args: &[
@@ -432,7 +434,7 @@ fn dataloader_file_reads_match_the_job_per_process() {
             "--batch-size",
             "16",
             "--epoch-samples",
-            "128",
+            "256",
             "--data",
             &data,
         ],
@@ -445,6 +447,64 @@ fn dataloader_file_reads_match_the_job_per_process() {
     );
     // The training process reads none of the dataset beside its workers.
     assert_eq!(read_under(&c.d["io"]["training"], &data), (0, 0));
+}
+
+#[test]
+fn dataloader_file_reads_with_the_probe_in_its_own_pid_namespace() {
+    // The job and the probe in a PID namespace of their own (a container
+    // running both): processes are followed by their PIDs there, workers
+    // forked from the training process included, and still compared
+    // exactly with what each one counted itself (it prints the PID it
+    // sees).
+    let data = data_dir();
+    let out = tempdir("torch-pidns");
+    let script = format!(
+        "{py} {wl} --seconds 600 --num-workers 2 --batch-size 16 --epoch-samples 256 --data {data} \
+           >{out}/workload.log 2>/dev/null & WP=$!; \
+         for i in $(seq 1 1200); do grep -q READY {out}/workload.log && break; sleep 0.2; done; \
+         {probe} --pid $WP --duration 8 --output {out} -q; rc=$?; sleep 1; kill $WP; wait $WP; exit $rc",
+        py = torch_python().display(),
+        wl = repo().join("tests/workloads/torch_image.py").display(),
+        out = out.display(),
+        probe = crate::harness::probe_bin().display(),
+    );
+    let o = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let d: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("dataloader.json")).expect("dataloader.json"),
+    )
+    .expect("json");
+    let lines: Vec<String> = std::fs::read_to_string(out.join("workload.log"))
+        .expect("workload.log")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let c = Checked {
+        d,
+        lines,
+        snapshot: read_snapshot(&out.join("stats.pb")),
+    };
+    // Inside the namespace the training process is a low PID.
+    assert!(
+        c.lines.iter().any(|l| l.starts_with("READY pid=")
+            && l["READY pid=".len()..]
+                .split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<i32>().ok())
+                .is_some_and(|p| p < 100)),
+        "{:?}",
+        c.lines.iter().find(|l| l.starts_with("READY"))
+    );
+    let exact = check_file_reads(&c, &data, "PID namespace");
+    assert!(exact >= 1, "no worker lived inside the window");
 }
 
 #[test]

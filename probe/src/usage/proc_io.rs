@@ -56,6 +56,8 @@ pub struct ProcIo<'obj> {
     sizes: HashMap<(u64, u64), Option<u64>>,
     /// The last counts of processes that ended (their map entries go).
     gone: BTreeMap<i32, ProcIoCounters>,
+    /// Processes the loader named that could not be followed (a full map).
+    not_followed: u64,
 }
 
 impl<'obj> ProcIo<'obj> {
@@ -74,6 +76,7 @@ impl<'obj> ProcIo<'obj> {
             opens: HashMap::new(),
             sizes: HashMap::new(),
             gone: BTreeMap::new(),
+            not_followed: 0,
         };
         // Parents before their children: a child forked after its parent
         // is followed is the BPF side's.
@@ -84,13 +87,14 @@ impl<'obj> ProcIo<'obj> {
     }
 
     /// Follows processes the loader names (already followed: nothing).
-    pub fn follow(&self, pids: &[i32]) {
+    pub fn follow(&mut self, pids: &[i32]) {
         for &pid in pids {
             if self.gone.contains_key(&pid) {
                 continue;
             }
             if let Err(e) = self.bpf.follow(pid) {
                 debug!(pid, "not following: {e}");
+                self.not_followed += 1;
             }
         }
     }
@@ -223,6 +227,8 @@ impl<'obj> ProcIo<'obj> {
             .zip(counts)
             .map(|(name, n)| DropCount::new(*name, n))
             .collect();
+        // The BPF side's map full for a child, or for a worker added here.
+        v[0].count += self.not_followed;
         v.push(DropCount::new("io_event_malformed", self.feed.malformed()));
         v
     }
