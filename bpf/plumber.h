@@ -230,4 +230,46 @@ struct pp_span {
 	__u32 _pad;
 };
 
+/* procio.bpf.c: the file reads of a process tree (a PyTorch job's
+ * training process and every process it starts). One followed process
+ * (the procs map's value; key: its tgid in plumber-probe's PID namespace),
+ * cumulative since it was followed. */
+struct pp_proc_io {
+	__u64 bytes;		/* returned by read syscalls on regular files */
+	__u64 reads;		/* those read syscalls (that returned > 0) */
+	__u64 read_ns;		/* time inside them */
+	__u32 parent;		/* the followed process that forked it; 0: added by user space */
+	__u32 _pad;
+};
+
+/* Every way procio.bpf.c can lose something. Counted per CPU, shown to the
+ * user. */
+enum pp_tree_drop {
+	PP_TREE_DROP_PROC_MAP_FULL = 0,		/* a child not followed */
+	PP_TREE_DROP_NO_TASK_STORAGE = 1,	/* a read or an open not counted (no task storage for it) */
+	PP_TREE_DROP_RINGBUF_FULL = 2,		/* a file event lost (its bytes still count in pp_proc_io) */
+	PP_TREE_DROP_NO_NS_PID = 3,		/* a child with no PID in our namespace: not followed */
+	PP_TREE_DROP__COUNT = 4,
+};
+
+/* One file event of a followed process: a read of a regular file, or the
+ * open of one (`path` is filled for opens only: a read event is
+ * PP_TREE_IO_HEAD bytes long). */
+struct pp_tree_io {
+	__u64 mono_ns;
+	__u32 tgid;		/* in plumber-probe's PID namespace */
+	__u32 tid;
+	__u32 kind;		/* PP_IO_OPEN or PP_IO_READ */
+	__s32 fd;
+	__u64 dev;		/* the file's superblock s_dev, kernel encoding (major << 20 | minor) */
+	__u64 ino;
+	__s64 ret;		/* bytes read, or the fd opened */
+	__u64 dur_ns;
+	__s32 dirfd;		/* an open's directory fd (AT_FDCWD: -100) */
+	__u32 _pad;
+	char path[PP_PATH_LEN];	/* as the open was given it */
+};
+
+#define PP_TREE_IO_HEAD 64
+
 #endif

@@ -18,6 +18,7 @@
 #include "sample.h"
 #include "stack_copy.h"
 #include "python.h"
+#include "file_syscalls.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -450,16 +451,6 @@ static __always_inline struct pp_thread *current_state(void)
 	return st;
 }
 
-/* x86-64 syscall numbers. */
-#define NR_read 0
-#define NR_open 2
-#define NR_close 3
-#define NR_pread64 17
-#define NR_readv 19
-#define NR_openat 257
-#define NR_preadv 295
-#define NR_preadv2 327
-#define NR_openat2 437
 
 #define TASK_DEAD_STATE 0x80
 
@@ -520,7 +511,6 @@ static __always_inline bool in_slow_path(const struct pp_thread *st)
 }
 static __always_inline void account_wait(struct pp_thread *st, __u32 kind, __u64 start, __u64 now,
 					 bool in_window, __s64 stack);
-static __always_inline bool is_read_nr(long nr);
 
 /* A block begins (`prev` is going to sleep, and is the current task):
  * when its copy is due (see PP_BLOCK_COPY_GAP_NS), its user registers,
@@ -902,11 +892,6 @@ SEC("uretprobe.multi")
 int gil_exit(struct pt_regs *ctx) { return wait_exit(ctx); }
 
 
-static __always_inline bool is_read_nr(long nr)
-{
-	return nr == NR_read || nr == NR_pread64 || nr == NR_readv || nr == NR_preadv ||
-	       nr == NR_preadv2;
-}
 
 /* "/proc/", "/sys/" or "/dev/" (the same list as usage.rs). */
 static __always_inline bool is_pseudo_path(const char *p)
@@ -920,10 +905,6 @@ static __always_inline bool is_pseudo_path(const char *p)
 	return p[1] == 'd' && p[2] == 'e' && p[3] == 'v' && p[4] == '/';
 }
 
-static __always_inline bool is_open_nr(long nr)
-{
-	return nr == NR_open || nr == NR_openat || nr == NR_openat2;
-}
 
 static __always_inline void emit_io(struct pp_thread *st, __u32 kind, __s32 fd, __s64 ret,
 				    __u64 dur, __s64 stack)

@@ -1,6 +1,7 @@
 //! Builds the BPF programs under ../bpf with Debian's clang through
 //! libbpf-cargo and generates their typed skeletons: probe.bpf.c (the
-//! pipeline, CPU, waits and I/O) and sample.bpf.c (the stack sampler).
+//! pipeline, CPU, waits and I/O), sample.bpf.c (the stack sampler) and
+//! procio.bpf.c (a PyTorch job's file reads, per process).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -27,9 +28,12 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default());
     build(&bpf_dir, &out_dir, "probe");
     build(&bpf_dir, &out_dir, "sample");
+    build(&bpf_dir, &out_dir, "procio");
     for f in [
         "probe.bpf.c",
+        "procio.bpf.c",
         "plumber.h",
+        "file_syscalls.h",
         "sample.bpf.c",
         "sample.h",
         "stack_copy.h",

@@ -335,8 +335,10 @@ fn utilisation(m: &Model) -> Utilisation {
     let (t, cores) = (m.elapsed_s, m.machine.cores);
     let in_model = || m.nodes.iter().filter(|n| n.in_model);
     let time: f64 = in_model().map(|n| n.time_s).sum();
+    // A DataLoader's get-item stage reads files too (a PyTorch
+    // recording's reads), though it is no file-reading source.
     let disk_bytes: f64 = in_model()
-        .filter(|n| n.disk)
+        .filter(|n| n.disk || n.op == ops::DL_GET_ITEM)
         .filter_map(|n| n.stats.as_ref())
         .map(|s| s.disk_bytes_read as f64)
         .sum();

@@ -192,12 +192,33 @@ pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(u
         )
     };
     let why = format!(
-        "{who} the items and collate them one after the other: {} s per batch ({} on one) {on} ⇒ at most {}",
+        "{who} the items and collate them one after the other: {} s per batch ({} on one) {on} ⇒ at most {}{}",
         fmt::num(1.0 / one),
         fmt::rate(Some(one)),
-        fmt::rate(rate_opt(ev.rate))
+        fmt::rate(rate_opt(ev.rate)),
+        get_item_reads(m, p.get_item)
     );
     Some((node, why))
+}
+
+/// What the get-item stage read from files, as a clause of the
+/// bottleneck's why: how fast, and how much of its wall time was spent
+/// inside the reads (the rest is the dataset's own work: decoding,
+/// transforms). Empty when the recording measured no reads.
+fn get_item_reads(m: &Model, u: usize) -> String {
+    let Some(st) = m.nodes[u].stats.as_ref().filter(|s| s.disk_bytes_read > 0) else {
+        return String::new();
+    };
+    let inside = if st.wall_ns > 0 {
+        st.wait_ns as f64 / st.wall_ns as f64
+    } else {
+        0.0
+    };
+    format!(
+        "; get-item read {}/s from files, {} of its wall time inside the reads",
+        fmt::bytes(st.disk_bytes_read as f64 / m.elapsed_s),
+        fmt::pct(inside.min(1.0))
+    )
 }
 
 /// With workers started, a loader that delivers well below what its

@@ -115,6 +115,31 @@ fn workers_bound_loader_gets_more_workers() {
 }
 
 #[test]
+fn the_bottleneck_says_what_get_item_read() {
+    // The workers' get-item read 384 MB of files in the window, 5 of its
+    // 50 s inside the reads: the why says so; a DataLoader still gets no
+    // cache advice, and the machine's line counts the reads.
+    let mut p = loader(600, 50.0, 6.0, 1, 4);
+    let get_item = p
+        .ops
+        .iter_mut()
+        .find(|o| o.name == "GetItem")
+        .expect("GetItem");
+    *get_item = get_item.clone().disk(384_000_000, 19_200).wait(5.0);
+    let r = report(&p, &MachineOverrides::default());
+    speaks_dataloader(&r);
+    let b = r.bottleneck.as_ref().expect("bottleneck");
+    assert!(
+        b.why
+            .contains("get-item read 6.40 MB/s from files, 10% of its wall time inside the reads"),
+        "{}",
+        b.why
+    );
+    assert!((r.utilisation.disk_bytes_read - 384e6).abs() < 1.0);
+    assert!(workers_rec(&r).is_some());
+}
+
+#[test]
 fn no_workers_gets_workers_started() {
     // The loop gets items 30 s and collates 3 s of 60 s itself.
     let r = report(&loader(600, 30.0, 3.0, 0, 4), &MachineOverrides::default());

@@ -46,6 +46,9 @@ pub(crate) struct AttributionResult {
     pub unattributed_waits: WaitCounters,
     pub non_pipeline_waits: WaitCounters,
     pub unattributed_io_bytes: u64,
+    /// What each process read, per file, where the reads name their
+    /// process (a PyTorch job's).
+    pub files_by_pid: crate::process_files::PidFiles,
     /// Cumulative thread counters that went backwards (clamped to 0).
     pub backwards: u64,
 }
@@ -186,6 +189,7 @@ impl Attributor {
         );
         out.files = io.files;
         out.unattributed_io_bytes = io.unattributed_bytes;
+        out.files_by_pid = io.by_pid;
         out.lock_sites = self.locks.finish();
 
         for ((op, cpu), io) in ops.iter_mut().zip(acc).zip(io.per_op) {

@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::process_files::{FileReads, PidFiles};
+
 /// Cumulative, from the start of sampling, at `mono_ns`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct DataLoaderObservation {
@@ -47,6 +49,40 @@ pub struct DataLoaderObservation {
     /// frames showed it (`file_descriptor`, `file_system`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing_strategy: Option<String>,
+    /// File reads of every process the recording follows: the training
+    /// process, its workers and whatever else it started. None: not
+    /// measured (the recording could not load its BPF programs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<Vec<ProcessIo>>,
+}
+
+/// What a followed process is to the loader.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The process that iterates the loader.
+    Training,
+    /// One the loader names among its workers.
+    Worker,
+    /// Any other process the job started (a forkserver, a resource
+    /// tracker, a subprocess), or a worker the loader has not named yet.
+    #[default]
+    Other,
+}
+
+/// A followed process's file reads, cumulative since it was followed
+/// (from its first instruction for those started during the recording).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct ProcessIo {
+    pub pid: i32,
+    pub role: Role,
+    /// Bytes that read syscalls (read, pread64, readv, preadv, preadv2)
+    /// returned from regular files.
+    pub bytes: u64,
+    /// Those read syscalls.
+    pub reads: u64,
+    /// Time inside them, ns.
+    pub read_ns: u64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -97,6 +133,9 @@ pub struct DataLoaderSummary {
     /// receiving a batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sharing_strategy: Option<String>,
+    /// File reads over the window; absent when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<LoaderIo>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -105,6 +144,57 @@ pub struct WorkerSummary {
     /// CPU over the window, in cores.
     pub cores: f64,
     pub get_item_share: f64,
+    /// Its file reads over the window (absent: not measured).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoSummary>,
+}
+
+/// File reads of a process, or of a group of processes, over the window.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct IoSummary {
+    /// Bytes that read syscalls returned from regular files: the kernel's
+    /// own counts, exact.
+    pub io_bytes: u64,
+    pub io_reads: u64,
+    /// Seconds inside those reads (all threads).
+    pub io_read_s: f64,
+    /// Distinct files read (named by the file events; see `io_dirs`).
+    pub io_files: u64,
+    /// Where the bytes came from: the directory of each file read, most
+    /// bytes first. At most `DIRS` directories, the rest summed in one
+    /// entry named `(other directories)`.
+    pub io_dirs: Vec<DirIo>,
+}
+
+/// The reads of the files of one directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct DirIo {
+    pub dir: String,
+    pub bytes: u64,
+    pub reads: u64,
+    pub files: u64,
+}
+
+/// Directories listed per process before the rest is summed.
+pub const DIRS: usize = 32;
+/// The entry of `io_dirs` that sums the directories past `DIRS`.
+pub const OTHER_DIRS: &str = "(other directories)";
+
+/// The job's file reads over the window, by role.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct LoaderIo {
+    /// The training process (without workers it runs the loader's stages
+    /// itself).
+    pub training: IoSummary,
+    /// Every worker together (each one's are in `workers`).
+    pub workers: IoSummary,
+    /// The job's other processes together.
+    pub other: IoSummary,
+    pub other_pids: Vec<i32>,
+    /// Share of the get-item stage's wall time spent inside reads: the
+    /// workers' (without workers, the training loop's) read time over
+    /// their get-item time, at most 1.
+    pub get_item_read_share: f64,
 }
 
 fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
@@ -133,11 +223,139 @@ fn shares(m: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
 /// the data stall.
 const STALLS: [&str; 5] = ["wait", "receive", "startup", "get_item", "collate"];
 
-/// The summary between two observations of one recording; None when they
-/// cover no time.
+/// Each process's reads over the window, by pid: the last counts less
+/// the first (0 for a process followed later), with its role at the last.
+fn io_deltas(
+    first: &DataLoaderObservation,
+    last: &DataLoaderObservation,
+) -> Option<BTreeMap<i32, ProcessIo>> {
+    let before: BTreeMap<i32, &ProcessIo> = first.io.iter().flatten().map(|p| (p.pid, p)).collect();
+    let after = last.io.as_ref()?;
+    Some(
+        after
+            .iter()
+            .map(|p| {
+                let b = before.get(&p.pid);
+                let d = |f: fn(&ProcessIo) -> u64| f(p).saturating_sub(b.map_or(0, |b| f(b)));
+                let delta = ProcessIo {
+                    pid: p.pid,
+                    role: p.role,
+                    bytes: d(|x| x.bytes),
+                    reads: d(|x| x.reads),
+                    read_ns: d(|x| x.read_ns),
+                };
+                (p.pid, delta)
+            })
+            .collect(),
+    )
+}
+
+/// The reads of `pids` together: the counts from `deltas`, the files and
+/// directories from the file events' `files`.
+fn io_of(pids: &[i32], deltas: &BTreeMap<i32, ProcessIo>, files: &PidFiles) -> IoSummary {
+    let mut s = IoSummary::default();
+    let mut read_ns = 0u64;
+    let mut paths: BTreeMap<&str, FileReads> = BTreeMap::new();
+    for pid in pids {
+        if let Some(d) = deltas.get(pid) {
+            s.io_bytes += d.bytes;
+            s.io_reads += d.reads;
+            read_ns += d.read_ns;
+        }
+        for (path, r) in files.get(pid).into_iter().flatten() {
+            let e = paths.entry(path.as_str()).or_default();
+            e.bytes += r.bytes;
+            e.reads += r.reads;
+        }
+    }
+    s.io_read_s = read_ns as f64 / 1e9;
+    s.io_files = paths.len() as u64;
+    let mut dirs: BTreeMap<&str, DirIo> = BTreeMap::new();
+    for (path, r) in paths {
+        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+        let e = dirs.entry(dir).or_insert_with(|| DirIo {
+            dir: if dir.is_empty() && !path.starts_with('/') {
+                // A name without a directory: an unknown file's.
+                "(unknown)".into()
+            } else if dir.is_empty() {
+                "/".into()
+            } else {
+                dir.to_string()
+            },
+            ..Default::default()
+        });
+        e.bytes += r.bytes;
+        e.reads += r.reads;
+        e.files += 1;
+    }
+    let mut dirs: Vec<DirIo> = dirs.into_values().collect();
+    dirs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.dir.cmp(&b.dir)));
+    if dirs.len() > DIRS {
+        let rest = dirs.split_off(DIRS);
+        dirs.push(rest.into_iter().fold(
+            DirIo {
+                dir: OTHER_DIRS.into(),
+                ..Default::default()
+            },
+            |mut a, d| {
+                a.bytes += d.bytes;
+                a.reads += d.reads;
+                a.files += d.files;
+                a
+            },
+        ));
+    }
+    s.io_dirs = dirs;
+    s
+}
+
+/// The job's reads by role; each worker's goes into its summary.
+fn loader_io(
+    first: &DataLoaderObservation,
+    last: &DataLoaderObservation,
+    files: &PidFiles,
+    workers: &mut [WorkerSummary],
+    get_item_ns: u64,
+) -> Option<LoaderIo> {
+    let deltas = io_deltas(first, last)?;
+    let with = |role: Role| -> Vec<i32> {
+        deltas
+            .values()
+            .filter(|p| p.role == role)
+            .map(|p| p.pid)
+            .collect()
+    };
+    let (training, worker_pids, other_pids) =
+        (with(Role::Training), with(Role::Worker), with(Role::Other));
+    for w in workers.iter_mut() {
+        w.io = Some(io_of(&[w.pid], &deltas, files));
+    }
+    let stage = if last.num_workers > 0 {
+        &worker_pids
+    } else {
+        &training
+    };
+    let read_ns: u64 = stage
+        .iter()
+        .filter_map(|p| deltas.get(p))
+        .map(|p| p.read_ns)
+        .sum();
+    Some(LoaderIo {
+        training: io_of(&training, &deltas, files),
+        workers: io_of(&worker_pids, &deltas, files),
+        other: io_of(&other_pids, &deltas, files),
+        other_pids,
+        get_item_read_share: ratio(read_ns, get_item_ns).min(1.0),
+    })
+}
+
+/// The summary between two observations of one recording, with what each
+/// process read per file over the window (`files`, from the `Io` events);
+/// None when they cover no time.
 pub fn summarise(
     first: &DataLoaderObservation,
     last: &DataLoaderObservation,
+    files: &PidFiles,
 ) -> Option<DataLoaderSummary> {
     let window_ns = last.mono_ns.checked_sub(first.mono_ns).filter(|&d| d > 0)?;
     let secs = window_ns as f64 / 1e9;
@@ -165,8 +383,15 @@ pub fn summarise(
             pid: w.pid,
             cores: w.cpu_ns.saturating_sub(b.cpu_ns) as f64 / window_ns as f64,
             get_item_share: ratio(st.get("get_item").copied().unwrap_or(0), main),
+            io: None,
         });
     }
+    let get_item_ns = if last.num_workers > 0 {
+        all_workers.get("get_item").copied().unwrap_or(0)
+    } else {
+        training.get("get_item").copied().unwrap_or(0)
+    };
+    let io = loader_io(first, last, files, &mut workers, get_item_ns);
     Some(DataLoaderSummary {
         torch_version: last.torch_version.clone(),
         start_wall_ns: first.wall_ns,
@@ -194,6 +419,7 @@ pub fn summarise(
         job_cores: last.job_cpu_ns.saturating_sub(first.job_cpu_ns) as f64 / window_ns as f64,
         sampler_ticks: last.ticks.saturating_sub(first.ticks),
         sharing_strategy: last.sharing_strategy.clone(),
+        io,
     })
 }
 
@@ -248,6 +474,7 @@ impl DataLoaderSummary {
                 stages.join(", ")
             ));
         }
+        v.push(self.io_line());
         v
     }
 
@@ -267,6 +494,38 @@ impl DataLoaderSummary {
             100.0 * share("startup"),
             100.0 * share("other"),
         )
+    }
+
+    /// The file reads' line.
+    fn io_line(&self) -> String {
+        let Some(io) = &self.io else {
+            return "  file reads: not measured".into();
+        };
+        let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
+        let (who, stage, its) = if self.num_workers > 0 {
+            ("workers", &io.workers, "their")
+        } else {
+            ("the training loop", &io.training, "its")
+        };
+        let mut line = format!(
+            "  file reads: {who} {} from {} files ({:.1} MB/s, {:.1}% of {its} get-item time inside reads)",
+            mb(stage.io_bytes),
+            stage.io_files,
+            stage.io_bytes as f64 / 1e6 / self.window_s,
+            100.0 * io.get_item_read_share
+        );
+        if self.num_workers > 0 {
+            line.push_str(&format!("; training process {}", mb(io.training.io_bytes)));
+        }
+        if !io.other_pids.is_empty() {
+            line.push_str(&format!(
+                "; {} other process{} {}",
+                io.other_pids.len(),
+                if io.other_pids.len() == 1 { "" } else { "es" },
+                mb(io.other.io_bytes)
+            ));
+        }
+        line
     }
 }
 
@@ -290,13 +549,112 @@ mod tests {
     fn window_figures() {
         let a = obs(1_000_000_000, 10, 100, 100);
         let b = obs(3_000_000_000, 50, 1_300, 500);
-        let s = summarise(&a, &b).expect("window");
+        let s = summarise(&a, &b, &PidFiles::new()).expect("window");
         assert_eq!(s.batches, 40);
         assert!((s.batches_per_s - 20.0).abs() < 1e-9);
         assert_eq!(s.samples, 1280);
         assert!((s.stall_share - 0.75).abs() < 1e-9);
         assert_eq!(s.queue_capacity, Some(4));
-        assert!(summarise(&b, &b).is_none());
+        assert!(summarise(&b, &b, &PidFiles::new()).is_none());
+        assert!(s.io.is_none());
+        assert_eq!(s.lines().last().unwrap(), "  file reads: not measured");
+    }
+
+    fn pio(pid: i32, role: Role, bytes: u64, read_ns: u64) -> ProcessIo {
+        ProcessIo {
+            pid,
+            role,
+            bytes,
+            reads: bytes / 100,
+            read_ns,
+        }
+    }
+
+    #[test]
+    fn file_reads_per_process_and_directory() {
+        let mut a = obs(1_000_000_000, 10, 100, 100);
+        let mut b = obs(3_000_000_000, 50, 1_300, 500);
+        a.io = Some(vec![
+            pio(1, Role::Training, 500, 0),
+            // Not named a worker yet at the first poll.
+            pio(7, Role::Other, 1_000, 10),
+        ]);
+        b.io = Some(vec![
+            pio(1, Role::Training, 700, 0),
+            pio(7, Role::Worker, 5_000, 410),
+            // Born in the window: all of it counts.
+            pio(8, Role::Worker, 2_000, 200),
+            pio(9, Role::Other, 300, 0),
+        ]);
+        for (pid, stages) in [(7, 600), (8, 400)] {
+            b.workers.push(WorkerObservation {
+                pid,
+                stages: [("get_item".to_string(), stages)].into(),
+                cpu_ns: 0,
+            });
+        }
+        let r = |bytes, reads| FileReads { bytes, reads };
+        let mut files = PidFiles::new();
+        files.insert(
+            7,
+            [
+                ("/data/a/1.jpg".to_string(), r(3_000, 2)),
+                ("/data/b/2.jpg".to_string(), r(500, 1)),
+                ("/usr/lib/x.py".to_string(), r(500, 1)),
+            ]
+            .into(),
+        );
+        files.insert(8, [("/data/a/3.jpg".to_string(), r(2_000, 1))].into());
+        let s = summarise(&a, &b, &files).expect("window");
+        let io = s.io.as_ref().expect("measured");
+        assert_eq!(io.training.io_bytes, 200);
+        assert_eq!(io.workers.io_bytes, 6_000);
+        assert_eq!(io.workers.io_files, 4);
+        assert_eq!(io.other.io_bytes, 300);
+        assert_eq!(io.other_pids, vec![9]);
+        // 600 ns of reads in 1,000 ns of get-item.
+        assert!((io.get_item_read_share - 0.6).abs() < 1e-9);
+        let w7 = s.workers.iter().find(|w| w.pid == 7).unwrap();
+        let w7io = w7.io.as_ref().unwrap();
+        assert_eq!(w7io.io_bytes, 4_000);
+        assert_eq!(w7io.io_dirs[0].dir, "/data/a");
+        assert_eq!((w7io.io_dirs[0].bytes, w7io.io_dirs[0].files), (3_000, 1));
+        assert_eq!(w7io.io_dirs.len(), 3);
+        // The JSON names them as the workers' own fields.
+        let j = serde_json::to_value(w7).unwrap();
+        assert_eq!(j["io_bytes"], 4_000);
+        assert_eq!(j["io_dirs"][0]["dir"], "/data/a");
+        let back: WorkerSummary = serde_json::from_value(j).unwrap();
+        assert_eq!(&back, w7);
+        let line = s.lines().last().unwrap().clone();
+        assert!(
+            line.starts_with("  file reads: workers 0.0 MB from 4 files"),
+            "{line}"
+        );
+        assert!(line.ends_with("; 1 other process 0.0 MB"), "{line}");
+    }
+
+    #[test]
+    fn directories_past_the_cap_are_summed() {
+        let mut files = PidFiles::new();
+        let per: BTreeMap<String, FileReads> = (0..DIRS as u64 + 5)
+            .map(|i| {
+                (
+                    format!("/d{i:03}/f"),
+                    FileReads {
+                        bytes: 1_000 - i,
+                        reads: 1,
+                    },
+                )
+            })
+            .collect();
+        files.insert(3, per);
+        let deltas = [(3, pio(3, Role::Worker, 0, 0))].into();
+        let s = io_of(&[3], &deltas, &files);
+        assert_eq!(s.io_dirs.len(), DIRS + 1);
+        assert_eq!(s.io_dirs[0].dir, "/d000");
+        let other = s.io_dirs.last().unwrap();
+        assert_eq!((other.dir.as_str(), other.files), (OTHER_DIRS, 5));
     }
 
     #[test]
@@ -306,7 +664,7 @@ mod tests {
         b.training.insert("receive".into(), 300);
         b.training.insert("startup".into(), 200);
         b.sharing_strategy = Some("file_descriptor".into());
-        let s = summarise(&a, &b).expect("window");
+        let s = summarise(&a, &b, &PidFiles::new()).expect("window");
         assert!((s.stall_share - 0.9).abs() < 1e-9);
         let lines = s.lines();
         assert!(

@@ -301,6 +301,10 @@ pub struct AttributionSample {
 pub struct FileIo {
     /// Path as the target sees it.
     pub path: String,
+    /// The process that read, where a recording follows several (a
+    /// PyTorch job's training process and workers); absent: the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i32>,
     /// Op the reads were made for (innermost `GetNextInternal` frame on the
     /// user stack, matched to the pipeline); empty when unknown.
     pub op_path: String,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::event::{FileIo, LockSite};
+use crate::process_files::PidFiles;
 use crate::totals::{FileTotals, LockSiteTotals};
 
 #[derive(Clone, Debug, Default)]
@@ -45,17 +46,29 @@ pub(crate) struct IoResult {
     pub per_op: Vec<OpIo>,
     pub files: Vec<FileTotals>,
     pub unattributed_bytes: u64,
+    pub by_pid: PidFiles,
 }
 
 /// (path, op_path as reported, tid) -> totals.
 #[derive(Debug, Default)]
 pub(crate) struct IoTracker {
     files: BTreeMap<(String, String, u32), IoAcc>,
+    by_pid: PidFiles,
 }
 
 impl IoTracker {
     pub(crate) fn add(&mut self, files: Vec<FileIo>) {
         for f in files {
+            if let Some(pid) = f.pid.filter(|_| f.reads > 0) {
+                let r = self
+                    .by_pid
+                    .entry(pid)
+                    .or_default()
+                    .entry(f.path.clone())
+                    .or_default();
+                r.bytes = r.bytes.saturating_add(f.bytes_read);
+                r.reads = r.reads.saturating_add(f.reads);
+            }
             let acc = IoAcc {
                 bytes_read: f.bytes_read,
                 reads: f.reads,
@@ -120,6 +133,7 @@ impl IoTracker {
             per_op,
             files,
             unattributed_bytes,
+            by_pid: self.by_pid,
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod eventfile;
 mod fileio;
 mod graphargs;
 pub mod opnames;
+pub mod process_files;
 pub mod proto;
 pub mod report;
 pub mod snapshot;

@@ -15,7 +15,8 @@ const HEADER: [&str; 6] = [
     "buffered",
 ];
 /// Extra columns when the recording has per-thread CPU data.
-const USAGE_HEADER: [&str; 4] = ["CPU ms/elem", "I/O MB", "lock ms", "GIL ms"];
+const USAGE_HEADER: [&str; 4] = ["CPU ms/elem", IO_HEADER, "lock ms", "GIL ms"];
+const IO_HEADER: &str = "I/O MB";
 /// Files listed under the table.
 const TOP_FILES: usize = 5;
 /// Columns after the first two are numbers, right-aligned.
@@ -33,12 +34,16 @@ pub fn render_table(snapshot: &PipelineSnapshot) -> String {
         .unwrap_or_default();
     let window_s = report.window.end_ns.saturating_sub(report.window.start_ns) as f64 / 1e9;
     // Old recordings and Plumber's files have no thread data: their table
-    // stays as it always was.
+    // stays as it always was. A recording with file reads but no threads
+    // (a PyTorch job's) gets the I/O column and the files.
     let usage = !report.threads.is_empty();
+    let io_only = !usage && !report.files.is_empty();
     let make_row = |n: &MeasuredNode, depth: usize| {
         let mut r = row(n, depth, window_s);
         if usage {
             r.extend(usage_cells(n));
+        } else if io_only {
+            r.push(io_cell(n));
         }
         r
     };
@@ -76,19 +81,27 @@ pub fn render_table(snapshot: &PipelineSnapshot) -> String {
     let mut header: Vec<&str> = HEADER.to_vec();
     if usage {
         header.extend(USAGE_HEADER);
+    } else if io_only {
+        header.push(IO_HEADER);
     }
     let mut out = format_rows(&header, &rows);
     if usage {
         out.push_str(&usage_summary(&report));
+    } else if io_only {
+        out.push_str(&files_read(&report));
     }
     out
+}
+
+fn io_cell(n: &MeasuredNode) -> String {
+    format!("{:.1}", n.io_bytes_read as f64 / 1e6)
 }
 
 fn usage_cells(n: &MeasuredNode) -> [String; 4] {
     [
         n.cpu_ms_per_element
             .map_or_else(|| "-".to_string(), |ms| format!("{ms:.3}")),
-        format!("{:.1}", n.io_bytes_read as f64 / 1e6),
+        io_cell(n),
         format!("{:.1}", n.lock_wait_ns as f64 / 1e6),
         format!("{:.1}", n.gil_wait_ns as f64 / 1e6),
     ]
@@ -125,6 +138,13 @@ fn usage_summary(r: &MeasuredReport) -> String {
     } else {
         format!("CPU: process {:.2} s = {parts}\n", s(r.process_cpu_ns))
     };
+    out.push_str(&files_read(r));
+    out
+}
+
+/// The files read most.
+fn files_read(r: &MeasuredReport) -> String {
+    let mut out = String::new();
     if !r.files.is_empty() {
         if r.files.len() > TOP_FILES {
             out.push_str(&format!(

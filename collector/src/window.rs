@@ -370,9 +370,9 @@ impl Aggregator {
             non_pipeline_waits: attributed.non_pipeline_waits,
             unattributed_io_bytes: attributed.unattributed_io_bytes,
             probe_cost: self.probe_cost,
-            dataloader: self
-                .dataloader
-                .and_then(|(first, last)| crate::dataloader::summarise(&first, &last)),
+            dataloader: self.dataloader.and_then(|(first, last)| {
+                crate::dataloader::summarise(&first, &last, &attributed.files_by_pid)
+            }),
         })
     }
 

@@ -1,9 +1,14 @@
 //! A PyTorch training process through the one recording loop: the
 //! DataLoader source, for `--pid` (record.rs) and for `run`'s own command
-//! (run.rs) alike. No BPF: its cost is the probe process's own CPU
-//! (process_vm_readv and /proc reads), which the meter counts against the
+//! (run.rs) alike. The stages are read with process_vm_readv and /proc;
+//! the job's file reads with one BPF object (bpf/procio.bpf.c), which
+//! follows the training process and every process it starts. Without it
+//! (no privileges for BPF, as under `run`) the recording goes on and says
+//! the reads were not measured. Its cost is the probe process's own CPU
+//! and the BPF programs' run time, which the meter counts against the
 //! job's CPU across its processes.
 
+use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -11,15 +16,16 @@ use std::time::{Duration, Instant};
 use plumber_collector::event::Event;
 
 use anyhow::{anyhow, Result};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cost::{CostOpts, Lever, Meter, Thin};
 use crate::python::PyProcess;
 use crate::recording::{self, LoopOpts, Recording};
 use crate::sink::EventSink;
-use crate::sources::dataloader::{DataLoaderSource, Job, SAMPLE_HZ};
+use crate::sources::dataloader::{DataLoaderSource, FileReads, Job, SAMPLE_HZ};
 use crate::target::Target;
 use crate::torch::Torch;
+use crate::usage::proc_io::ProcIo;
 
 /// What a recording of a PyTorch job takes of the recording's options
 /// (`record::RecordOpts` has the BPF ones besides).
@@ -58,19 +64,32 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
         SAMPLE_HZ
     };
     let thin = Thin::default();
-    let mut source = DataLoaderSource::new(target, torch, py, opts.job, hz, thin.clone());
+    let mut obj = MaybeUninit::uninit();
+    let io = match ProcIo::start(&mut obj, pid) {
+        Ok(io) => FileReads::Measured(Box::new(io)),
+        Err(e) => {
+            warn!("the job's file reads are not measured: {e}");
+            FileReads::NotMeasured(crate::errors::one_line(&anyhow!(e)))
+        }
+    };
+    let cost = CostOpts {
+        budget: opts.budget,
+        levers: vec![Lever::StageSampler],
+        thin: thin.clone(),
+        explicit: None,
+        duration: opts.duration,
+    };
+    let meter = match &io {
+        FileReads::Measured(io) => Meter::with_programs(io.programs(), cost),
+        FileReads::NotMeasured(_) => Meter::without_bpf(cost),
+    };
+    let mut source = DataLoaderSource::new(target, torch, py, opts.job, hz, thin, io);
     let loop_opts = LoopOpts {
         duration: opts.duration,
         interval: opts.interval,
         quiet: opts.quiet,
         started,
-        cost: Some(Meter::without_bpf(CostOpts {
-            budget: opts.budget,
-            levers: vec![Lever::StageSampler],
-            thin,
-            explicit: None,
-            duration: opts.duration,
-        })),
+        cost: Some(meter),
     };
     let mut sink = EventSink::new(opts.save_events.as_deref())?.with_tap(opts.tap.clone());
     let ended = recording::run(&mut source, &mut sink, &loop_opts)?;

@@ -142,8 +142,44 @@ def test_torch_bad_lines():
             raise AssertionError(bad)
 
 
+IO_LOG = """\
+IO pid=7 wall_ns=100 bytes=0 reads=0 files=0
+IO pid=8 wall_ns=150 bytes=0 reads=0 files=0
+IO pid=7 wall_ns=200 bytes=1000 reads=2 files=1
+IO pid=8 wall_ns=250 bytes=500 reads=1 files=1
+IO pid=7 wall_ns=300 bytes=1500 reads=3 files=2
+"""
+
+
+def test_io_lines():
+    log = groundtruth.parse(IO_LOG)
+    assert sorted(log.io) == [7, 8] and len(log.io[7]) == 3
+    # between two lines: bounded, not interpolated
+    assert log.io_bounds(7, 250) == (1000, 1500)
+    # on a line: exact
+    assert log.io_bounds(7, 200) == (1000, 1000)
+    # before the first line (a worker's zeros): nothing read yet
+    assert log.io_bounds(8, 50) == (0, 0)
+    # after the last line: nothing read since
+    assert log.io_bounds(8, 400, key="reads") == (1, 1)
+    assert log.io_bounds(9, 400) == (0, 0)
+    # a process that started and finished inside the window: exact
+    assert log.io_window_bounds(8, 120, 400) == (500, 500)
+    assert log.io_window_bounds(7, 150, 250) == (0, 1500)
+    assert log.summary()["io"]["7"] == {"bytes": 1500, "reads": 3, "files": 2}
+    for bad in ["IO pid=7 wall_ns=5 bytes=9 reads=1 files=1\nIO pid=7 wall_ns=6 bytes=8 reads=1 files=1",
+                "IO pid=7 wall_ns=5 bytes=9 reads=1 files=1\nIO pid=7 wall_ns=4 bytes=9 reads=1 files=1",
+                "IO pid=7 wall_ns=5 bytes=9 reads=1"]:
+        try:
+            groundtruth.parse(bad)
+        except groundtruth.GroundTruthError:
+            pass
+        else:
+            raise AssertionError(bad)
+
+
 TESTS = [test_parse, test_window_count, test_not_covered, test_bad_lines, test_torch_fields,
-         test_torch_optional_keys, test_torch_bad_lines]
+         test_torch_optional_keys, test_torch_bad_lines, test_io_lines]
 
 
 if __name__ == "__main__":

@@ -160,14 +160,35 @@ def check(name):
     return log
 
 
+def check_io(name, log):
+    """torch_image's IO lines: each process that reads the dataset counts its own reads."""
+    workers = [p for w in log.workers for p in w["pids"]]
+    readers = workers or [log.pid]
+    assert log.io, f"{name}: no IO lines"
+    assert set(log.io) <= set(readers), (name, sorted(log.io), readers)
+    for pid, pts in log.io.items():
+        last = pts[-1][1]
+        assert last["bytes"] > 0 and last["reads"] >= last["files"] > 0, (name, pid, last)
+        if workers:  # a worker's first line comes before its first item
+            assert pts[0][1] == {"bytes": 0, "reads": 0, "files": 0}, (name, pid, pts[0])
+    # bounds of a pid at an instant: its lines around it
+    pid, pts = next(iter(log.io.items()))
+    t = (pts[0][0] + pts[-1][0]) // 2
+    lo, hi = log.io_bounds(pid, t)
+    assert lo <= hi and pts[0][1]["bytes"] <= lo and hi <= pts[-1][1]["bytes"], (lo, hi)
+
+
 def test_image_no_workers():
     log = check("image_w0")
     assert log.counters["root"][-1] >= 2
+    check_io("image_w0", log)
 
 
 def test_checksum_same_under_fork_and_spawn():
     a = check("image_w2_fork_crc")
     b = check("image_w2_spawn_crc")
+    check_io("image_w2_fork_crc", a)
+    check_io("image_w2_spawn_crc", b)
     assert a.checksum is not None and a.checksum[1] == 10 and a.done_root == 10, a.checksum
     assert a.checksum == b.checksum, (a.checksum, b.checksum)
 

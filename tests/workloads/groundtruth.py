@@ -17,6 +17,14 @@ two GT lines are linearly interpolated. The PyTorch workloads (torch_*.py) add
 them), more fields to READY (log.ready), and `WORKERS pids=..` and `CHECKSUM` lines
 (log.workers, log.checksum). A window that starts before the first GT
 line or ends after the last one is an error (WindowNotCovered), never extrapolated.
+
+IO lines (torch_image) are per process: `IO pid= wall_ns= bytes= reads= files=`, what the read()
+syscalls on the dataset's files returned in that process so far, printed after the reads they
+count. Between two lines the true count is not interpolated but bounded:
+log.io_bounds(pid, t_ns) is (value of the pid's last line at or before t, of its first line at
+or after t), and log.io_window_bounds(pid, start_ns, end_ns) bounds what it read in between. A
+process with no line after t read nothing after its last line (the log must run past t), and one
+with no line before t had read nothing (its first line, a worker's zeros, precedes its reads).
 The module needs only the standard library.
 """
 
@@ -29,6 +37,8 @@ KEYS = ("root", "elems")
 # Counters only some workloads print (the PyTorch ones); when the first GT line has
 # one, every GT line must.
 OPTIONAL_KEYS = ("stall_ns", "epoch")
+# Counters of an IO line.
+IO_KEYS = ("bytes", "reads", "files")
 
 
 class GroundTruthError(ValueError):
@@ -51,6 +61,7 @@ class Log:
         self.workers = []          # WORKERS lines: {"pids": [..], "epoch": k|None, "wall_ns": ns|None}
         self.wall_ns = []          # sorted, strictly increasing
         self.counters = {k: [] for k in KEYS}
+        self.io = {}               # pid -> [(wall_ns, {bytes, reads, files})], in order
 
     @property
     def keys(self):
@@ -102,6 +113,25 @@ class Log:
             raise GroundTruthError("empty window")
         return self.window_count(start_ns, end_ns, "stall_ns") / (end_ns - start_ns)
 
+    def io_bounds(self, pid, t_ns, key="bytes"):
+        """(lo, hi) bounds of what `pid` had read at instant t_ns (0, 0 without IO lines)."""
+        if key not in IO_KEYS:
+            raise GroundTruthError(f"unknown IO key {key!r} (have {', '.join(IO_KEYS)})")
+        pts = self.io.get(pid, [])
+        before = [c[key] for t, c in pts if t <= t_ns]
+        after = [c[key] for t, c in pts if t >= t_ns]
+        lo = before[-1] if before else 0
+        hi = after[0] if after else (pts[-1][1][key] if pts else 0)
+        return lo, hi
+
+    def io_window_bounds(self, pid, start_ns, end_ns, key="bytes"):
+        """(lo, hi) bounds of what `pid` read between two instants."""
+        if end_ns < start_ns:
+            raise GroundTruthError(f"window end {end_ns} before start {start_ns}")
+        lo0, hi0 = self.io_bounds(pid, start_ns, key)
+        lo1, hi1 = self.io_bounds(pid, end_ns, key)
+        return max(lo1 - hi0, 0), hi1 - lo0
+
     def summary(self):
         d = {"pid": self.pid, "pipeline": self.pipeline, "gt_lines": self.samples,
              "done_root": self.done_root}
@@ -123,6 +153,8 @@ class Log:
             d["worker_pids"] = self.worker_pids()
         if self.checksum is not None:
             d["checksum"] = f"{self.checksum[0]:08x}"
+        if self.io:
+            d["io"] = {str(pid): pts[-1][1] for pid, pts in self.io.items()}
         return d
 
 
@@ -146,7 +178,7 @@ def _int(d, k, lineno):
 
 
 def parse(log_lines, strict=False):
-    """Parse READY/GT/WORKERS/CHECKSUM/DONE lines; others are ignored (an error if strict)."""
+    """Parse READY/GT/WORKERS/IO/CHECKSUM/DONE lines; others are ignored (an error if strict)."""
     if isinstance(log_lines, (bytes, bytearray)):
         log_lines = log_lines.decode()
     if isinstance(log_lines, str):
@@ -197,6 +229,16 @@ def parse(log_lines, strict=False):
                 "pids": pids,
                 "epoch": _int(d, "epoch", lineno) if "epoch" in d else None,
                 "wall_ns": _int(d, "wall_ns", lineno) if "wall_ns" in d else None})
+        elif tag == "IO":
+            d = _kv(fields[1:], lineno)
+            pid, t = _int(d, "pid", lineno), _int(d, "wall_ns", lineno)
+            vals = {k: _int(d, k, lineno) for k in IO_KEYS}
+            pts = log.io.setdefault(pid, [])
+            if pts and t < pts[-1][0]:
+                raise GroundTruthError(f"line {lineno}: wall_ns of pid {pid} went back")
+            if pts and any(vals[k] < pts[-1][1][k] for k in IO_KEYS):
+                raise GroundTruthError(f"line {lineno}: an IO counter of pid {pid} decreased")
+            pts.append((t, vals))
         elif tag == "CHECKSUM":
             d = _kv(fields[1:], lineno)
             try:

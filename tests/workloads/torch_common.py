@@ -19,6 +19,10 @@ Ground-truth protocol on stdout (one line each, flushed), parsed by groundtruth.
           right after READY (the first: root=0 at the loader's first iter()), then every --gt-interval
     WORKERS pids=<p1,p2,..> epoch=<k> wall_ns=<ns>              each time a new set of worker
           processes has started (once with persistent workers, every epoch without)
+    IO pid=<pid> wall_ns=<ns> bytes=<n> reads=<n> files=<n>     from each process that reads the
+          dataset's files (a worker, or the training process without workers), if the dataset
+          opens them with open_counted (torch_image does): once when a worker starts, then after
+          every item it got
     CHECKSUM crc=<hex> root=<n>                                 with --checksum
     DONE root=<n>                                               last line
 
@@ -29,12 +33,20 @@ num_workers=0 all the loading, with workers the waiting for a batch, plus the it
 epoch start, which starts or resets the workers). epoch is the 0-based epoch of the last batch.
 The simulated training step (--step-ms) runs outside those calls.
 
+IO lines count, in the process that prints them and since it started, what the read() syscalls
+on the dataset's files returned: bytes (their sum) and reads (those that returned data), through
+a raw file whose every readinto is one read() (CountingRaw), and files, the distinct files
+opened. A line is printed after the reads it counts, so at any instant the process's true count
+lies between its last line before and its first line after; a worker prints a line of zeros
+before its first item. Nothing else the process reads (imports, the MANIFEST) is counted.
+
 SIGINT/SIGTERM end the loop (DONE, exit 0). Worker processes ignore both (the main process
 shuts them down), and die with SIGKILL when their parent dies (PR_SET_PDEATHSIG), so a killed
 main leaves no workers behind.
 """
 
 import argparse
+import io
 import os
 import signal
 import sys
@@ -182,6 +194,69 @@ def generate_images(data_dir, count=256, size=256, classes=4, seed=1234, quality
         return image_files(data_dir)
 
 
+# ---------------------------------------------------------------- file reads (ground truth)
+
+_IO = {"pid": None, "bytes": 0, "reads": 0, "files": set()}
+
+
+def _io_counts():
+    """This process's counts (a forked process starts from zero)."""
+    if _IO["pid"] != os.getpid():
+        _IO.update(pid=os.getpid(), bytes=0, reads=0, files=set())
+    return _IO
+
+
+class CountingRaw(io.RawIOBase):
+    """A file opened for reading whose reads are counted: each readinto is one read() syscall
+    (FileIO's), and what it returned is added to this process's counts."""
+
+    def __init__(self, path):
+        super().__init__()
+        self._f = io.FileIO(path, "rb")
+        _io_counts()["files"].add(os.path.abspath(path))
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._f.readinto(b)
+        if n:
+            c = _io_counts()
+            c["bytes"] += n
+            c["reads"] += 1
+        return n
+
+    def seek(self, pos, whence=io.SEEK_SET):
+        return self._f.seek(pos, whence)
+
+    def tell(self):
+        return self._f.tell()
+
+    def fileno(self):
+        return self._f.fileno()
+
+    def close(self):
+        if not self.closed:
+            self._f.close()
+        super().close()
+
+
+def open_counted(path):
+    """open(path, "rb") whose reads count in this process's IO lines."""
+    return io.BufferedReader(CountingRaw(path))
+
+
+def emit_io():
+    """This process's IO line (one write: lines of several processes never interleave)."""
+    c = _io_counts()
+    line = (f"IO pid={c['pid']} wall_ns={time.time_ns()} bytes={c['bytes']} reads={c['reads']} "
+            f"files={len(c['files'])}\n")
+    os.write(sys.stdout.fileno(), line.encode())
+
+
 # ---------------------------------------------------------------- workers
 
 def _set_pdeathsig():
@@ -205,6 +280,11 @@ def worker_init(worker_id):
     """
     _quiet_stop_signals()
     _set_pdeathsig()
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    if info is not None and getattr(info.dataset, "counts_io", False):
+        emit_io()
 
 
 class _Blocked:

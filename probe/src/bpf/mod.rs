@@ -17,6 +17,7 @@ use crate::layout::NodeLayout;
 mod attach;
 mod error;
 mod maps;
+pub mod procio;
 mod reaper;
 pub mod sample;
 pub mod stats;

@@ -74,14 +74,15 @@ pub fn run_stats(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
     (rc == 0).then_some((info.run_cnt, info.run_time_ns))
 }
 
+/// The loaded programs of a BPF object.
+pub(crate) fn programs_of(obj: &libbpf_rs::Object) -> Vec<ProgRef> {
+    obj.progs().filter_map(|p| ProgRef::of(&p)).collect()
+}
+
 impl Bpf<'_> {
     /// The probe object's loaded programs.
     pub fn programs(&self) -> Vec<ProgRef> {
-        self.skel
-            .object()
-            .progs()
-            .filter_map(|p| ProgRef::of(&p))
-            .collect()
+        programs_of(self.skel.object())
     }
 
     /// The no-op `gp_warmer` program at `offset` of `exe`, in our own

@@ -182,9 +182,7 @@ impl IoEvent {
         }
         let kind = u32_at(b, 12)?;
         let path = if kind == IO_OPEN {
-            let p = b.get(IO_EVENT_HEAD..(IO_EVENT_HEAD + PATH_LEN).min(b.len()))?;
-            let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
-            String::from_utf8_lossy(&p[..end]).into_owned()
+            c_string(b, IO_EVENT_HEAD)?
         } else {
             String::new()
         };
@@ -196,6 +194,88 @@ impl IoEvent {
             stack_id: u64_at(b, 3)? as i64,
             ret: u64_at(b, 4)? as i64,
             dur_ns: u64_at(b, 5)?,
+            path,
+        })
+    }
+}
+
+/// The NUL-terminated string of at most `PATH_LEN` bytes at `at`.
+fn c_string(b: &[u8], at: usize) -> Option<String> {
+    let p = b.get(at..(at + PATH_LEN).min(b.len()))?;
+    let end = p.iter().position(|&c| c == 0).unwrap_or(p.len());
+    Some(String::from_utf8_lossy(&p[..end]).into_owned())
+}
+
+/// `struct pp_proc_io`: a followed process's file reads, cumulative.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcIoCounters {
+    pub bytes: u64,
+    pub reads: u64,
+    pub read_ns: u64,
+    /// The followed process that forked it; 0: added by user space.
+    pub parent: u32,
+}
+
+pub const PROC_IO_SIZE: usize = 32;
+
+impl ProcIoCounters {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < PROC_IO_SIZE {
+            return None;
+        }
+        Some(ProcIoCounters {
+            bytes: u64_at(b, 0)?,
+            reads: u64_at(b, 1)?,
+            read_ns: u64_at(b, 2)?,
+            parent: u32_at(b, 24)?,
+        })
+    }
+}
+
+pub const TREE_IO_HEAD: usize = 64;
+
+/// `struct pp_tree_io`: a read of a regular file by a followed process, or
+/// the open of one (with its path).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TreeIoEvent {
+    pub mono_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub kind: u32,
+    pub fd: i32,
+    /// The file system's device, kernel encoding (major << 20 | minor).
+    pub dev: u64,
+    pub ino: u64,
+    /// Bytes read, or the fd opened.
+    pub ret: i64,
+    pub dur_ns: u64,
+    /// An open's directory fd (AT_FDCWD, -100, for the working directory).
+    pub dirfd: i32,
+    pub path: String,
+}
+
+impl TreeIoEvent {
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < TREE_IO_HEAD {
+            return None;
+        }
+        let kind = u32_at(b, 16)?;
+        let path = if kind == IO_OPEN {
+            c_string(b, TREE_IO_HEAD)?
+        } else {
+            String::new()
+        };
+        Some(TreeIoEvent {
+            mono_ns: u64_at(b, 0)?,
+            tgid: u32_at(b, 8)?,
+            tid: u32_at(b, 12)?,
+            kind,
+            fd: u32_at(b, 20)? as i32,
+            dev: u64_at(b, 3)?,
+            ino: u64_at(b, 4)?,
+            ret: u64_at(b, 5)? as i64,
+            dur_ns: u64_at(b, 6)?,
+            dirfd: u32_at(b, 56)? as i32,
             path,
         })
     }
@@ -351,5 +431,32 @@ mod tests {
         let ev = IoEvent::from_bytes(&e).expect("decodes");
         assert_eq!((ev.fd, ev.stack_id, ev.path.as_str()), (3, -1, "/a/b"));
         assert!(IoEvent::from_bytes(&e[..40]).is_none());
+    }
+
+    #[test]
+    fn process_tree_layouts_match_c() {
+        let mut p = vec![0u8; PROC_IO_SIZE];
+        p[0..8].copy_from_slice(&4096u64.to_ne_bytes());
+        p[8..16].copy_from_slice(&2u64.to_ne_bytes());
+        p[24..28].copy_from_slice(&77u32.to_ne_bytes());
+        let c = ProcIoCounters::from_bytes(&p).expect("decodes");
+        assert_eq!((c.bytes, c.reads, c.parent), (4096, 2, 77));
+
+        let mut e = vec![0u8; TREE_IO_HEAD + PATH_LEN];
+        e[8..12].copy_from_slice(&10u32.to_ne_bytes());
+        e[16..20].copy_from_slice(&IO_OPEN.to_ne_bytes());
+        e[20..24].copy_from_slice(&5i32.to_ne_bytes());
+        e[24..32].copy_from_slice(&((8u64 << 20) | 1).to_ne_bytes());
+        e[32..40].copy_from_slice(&1234u64.to_ne_bytes());
+        e[56..60].copy_from_slice(&(-100i32).to_ne_bytes());
+        e[64..70].copy_from_slice(b"a/b.jp");
+        let ev = TreeIoEvent::from_bytes(&e).expect("decodes");
+        assert_eq!((ev.tgid, ev.fd, ev.ino, ev.dirfd), (10, 5, 1234, -100));
+        assert_eq!((ev.dev >> 20, ev.path.as_str()), (8, "a/b.jp"));
+        // A read is the head alone.
+        e[16..20].copy_from_slice(&IO_READ.to_ne_bytes());
+        let read = TreeIoEvent::from_bytes(&e[..TREE_IO_HEAD]).expect("decodes");
+        assert!(read.path.is_empty());
+        assert!(TreeIoEvent::from_bytes(&e[..60]).is_none());
     }
 }

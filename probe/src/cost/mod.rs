@@ -204,6 +204,26 @@ impl Meter {
         Meter::new((progs, fds), stats, traps, opts, notes)
     }
 
+    /// A meter of BPF programs that are not uprobes (tracepoints: no
+    /// traps to calibrate), as the DataLoader source's file reads run,
+    /// and of the probe process's CPU.
+    pub fn with_programs(refs: Vec<ProgRef>, opts: CostOpts) -> Meter {
+        let mut notes = Vec::new();
+        let stats = enable_run_time_stats()
+            .map_err(|e| {
+                warn!("the BPF programs' run time is not measured: {e}");
+                notes.push(format!(
+                    "not measured: BPF run time (kernel BPF statistics: {e})"
+                ));
+            })
+            .ok();
+        let (progs, fds) = refs
+            .into_iter()
+            .filter_map(|r| open_program(r.id).map(|fd| (r, fd)))
+            .unzip();
+        Meter::new((progs, fds), stats, TrapCosts::default(), opts, notes)
+    }
+
     /// `plumber-probe run`'s meter: no BPF, no traps; the shim's time in
     /// the target (the source's `in_target_ns`) and the probe process's
     /// CPU.

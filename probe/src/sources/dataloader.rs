@@ -1,17 +1,22 @@
 //! A PyTorch training process (`--pid`, or `run`'s own command): its
-//! DataLoader as a pipeline. Nothing is attached to the target: the
+//! DataLoader as a pipeline. Nothing is attached to the target's code: the
 //! loader's iterator object is found in the training loop's frames and
 //! read at every sampler tick (`crate::torch::loader`), the stage sampler
 //! reads every thread's Python stack in the training process and its
 //! workers (`crate::torch::sampler`), and each poll turns what they saw
 //! into the pipeline's nodes (the stages, docs/stats-format.md "PyTorch")
-//! and a `DataLoader` event.
+//! and a `DataLoader` event. The job's file reads, when their BPF side
+//! loaded (`crate::usage::proc_io`: file syscall tracepoints), go into
+//! that event per process and into an `Io` event per file, the workers'
+//! (and, without workers, the training loop's) as the GetItem stage's.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use plumber_collector::dataloader::{DataLoaderObservation, WorkerObservation};
-use plumber_collector::event::{DropCount, Event, NodeCounters, NodeObservation};
+use plumber_collector::dataloader::{DataLoaderObservation, ProcessIo, Role, WorkerObservation};
+use plumber_collector::event::{
+    DropCount, Event, FileIo, NodeCounters, NodeObservation, TargetInfo,
+};
 use plumber_collector::stacks::{LabelValue, LabeledStack};
 use tracing::debug;
 
@@ -26,6 +31,7 @@ use crate::torch::frames::frame_label;
 use crate::torch::sampler::{Observed, Recorded, StageNs, StageSampler, StageStack};
 use crate::torch::stage::Stage;
 use crate::torch::{loader, Torch};
+use crate::usage::proc_io::ProcIo;
 
 /// Polls: each one only copies what the sampler counted.
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -39,6 +45,9 @@ pub const SAMPLE_HZ: u32 = 50;
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Failed looks in a row before the recording fails.
 const MAX_FAILURES: u32 = 10;
+/// How long the reads of a process the loader has not named wait to be
+/// told a worker's: the loader's workers are read every 0.5 s.
+const HOLD: Duration = Duration::from_secs(3);
 
 /// Who started the job, which says how long to look for its loader and
 /// what its exit means.
@@ -57,7 +66,22 @@ pub enum Job {
     Started,
 }
 
-pub struct DataLoaderSource {
+/// The job's file reads, or why they are not measured.
+pub enum FileReads<'obj> {
+    Measured(Box<ProcIo<'obj>>),
+    NotMeasured(String),
+}
+
+/// Reads of a process not named yet, kept back from their poll's `Io`
+/// event until the loader names it (or `HOLD` passes).
+struct Held {
+    mono_ns: u64,
+    pid: i32,
+    since: Instant,
+    files: Vec<FileIo>,
+}
+
+pub struct DataLoaderSource<'obj> {
     target: Target,
     torch: Torch,
     py: PyProcess,
@@ -73,10 +97,22 @@ pub struct DataLoaderSource {
     sampled_wall_ns: (u64, u64),
     /// Each worker's CPU when last read, ns.
     worker_cpu: std::collections::HashMap<i32, u64>,
+    io: FileReads<'obj>,
+    held: Vec<Held>,
+    /// The GetItem node's path, as the last poll's nodes had it.
+    get_item_path: String,
 }
 
-impl DataLoaderSource {
-    pub fn new(target: Target, torch: Torch, py: PyProcess, job: Job, hz: u32, thin: Thin) -> Self {
+impl<'obj> DataLoaderSource<'obj> {
+    pub fn new(
+        target: Target,
+        torch: Torch,
+        py: PyProcess,
+        job: Job,
+        hz: u32,
+        thin: Thin,
+        io: FileReads<'obj>,
+    ) -> Self {
         DataLoaderSource {
             target,
             torch,
@@ -90,6 +126,9 @@ impl DataLoaderSource {
             recorded: Recorded::default(),
             sampled_wall_ns: (0, 0),
             worker_cpu: Default::default(),
+            io,
+            held: Vec::new(),
+            get_item_path: String::new(),
         }
     }
 
@@ -114,7 +153,13 @@ impl DataLoaderSource {
         }
     }
 
-    fn observation(&mut self, o: &Observed, mono_ns: u64) -> Option<DataLoaderObservation> {
+    /// `wall_ns`: the instant the file reads were cut at.
+    fn observation(
+        &mut self,
+        o: &Observed,
+        mono_ns: u64,
+        wall_ns: u64,
+    ) -> Option<DataLoaderObservation> {
         // A worker that ended keeps the CPU it had when last read.
         for &pid in o.workers.keys() {
             if let Some(ns) = target::process_cpu_ns(pid) {
@@ -138,7 +183,7 @@ impl DataLoaderSource {
             .collect();
         Some(DataLoaderObservation {
             mono_ns,
-            wall_ns: crate::clock::now_ns().1,
+            wall_ns,
             torch_version: self.torch.version.clone(),
             num_workers: st.num_workers,
             prefetch_factor: st.prefetch_factor,
@@ -157,7 +202,134 @@ impl DataLoaderSource {
             workers,
             job_cpu_ns: self.cpu_ns().unwrap_or(0),
             sharing_strategy: o.sharing_strategy.map(str::to_string),
+            io: None,
         })
+    }
+
+    /// What process `pid` is to the loader now.
+    fn role(&self, o: &Observed, pid: i32) -> Role {
+        let named = |p: &i32| *p == pid;
+        if pid == self.target.pid {
+            Role::Training
+        } else if o.workers.keys().any(named)
+            || o.state
+                .iter()
+                .flat_map(|s| &s.workers)
+                .any(|(_, p)| named(p))
+        {
+            Role::Worker
+        } else {
+            Role::Other
+        }
+    }
+
+    /// The op the reads of a process count for: GetItem for a worker's
+    /// (`__getitem__` reads), and for the training loop's when it loads
+    /// its own batches; none for the training loop beside workers, or
+    /// another process.
+    fn op_of(&self, o: &Observed, role: Role) -> String {
+        let loads = o.state.as_ref().is_some_and(|s| s.num_workers == 0);
+        match role {
+            Role::Worker => self.get_item_path.clone(),
+            Role::Training if loads => self.get_item_path.clone(),
+            _ => String::new(),
+        }
+    }
+
+    /// Cuts the job's file reads at `cut_mono`: each process's counts,
+    /// for the observation, and the files read since the last cut, as
+    /// the `Io` event of the poll at `poll_mono` (the reads of processes
+    /// not named yet are held back).
+    fn poll_io(
+        &mut self,
+        sink: &mut EventSink,
+        o: &Observed,
+        poll_mono: u64,
+        cut_mono: u64,
+    ) -> Result<Option<Vec<ProcessIo>>> {
+        let FileReads::Measured(io) = &mut self.io else {
+            return Ok(None);
+        };
+        if let Some(st) = &o.state {
+            let pids: Vec<i32> = st.workers.iter().map(|&(_, p)| p).collect();
+            io.follow(&pids);
+        }
+        let cut = io.cut(cut_mono)?;
+        let mut now = Vec::new();
+        for f in cut.files {
+            let pid = f.pid.unwrap_or(0);
+            match self.role(o, pid) {
+                Role::Other => match self
+                    .held
+                    .iter_mut()
+                    .find(|h| h.mono_ns == poll_mono && h.pid == pid)
+                {
+                    Some(h) => h.files.push(f),
+                    None => self.held.push(Held {
+                        mono_ns: poll_mono,
+                        pid,
+                        since: Instant::now(),
+                        files: vec![f],
+                    }),
+                },
+                role => now.push(FileIo {
+                    op_path: self.op_of(o, role),
+                    ..f
+                }),
+            }
+        }
+        sink.push(Event::Io {
+            mono_ns: poll_mono,
+            files: now,
+        })?;
+        self.release_held(sink, o, false)?;
+        let processes = cut
+            .processes
+            .iter()
+            .map(|p| ProcessIo {
+                pid: p.pid,
+                role: self.role(o, p.pid),
+                bytes: p.counters.bytes,
+                reads: p.counters.reads,
+                read_ns: p.counters.read_ns,
+            })
+            .collect();
+        Ok(Some(processes))
+    }
+
+    /// Sends the held reads of processes named since, and of those that
+    /// waited `HOLD` (`all`: every one) as another process's, each in an
+    /// `Io` event at its own poll's instant.
+    fn release_held(&mut self, sink: &mut EventSink, o: &Observed, all: bool) -> Result<()> {
+        let mut keep = Vec::new();
+        for h in std::mem::take(&mut self.held) {
+            let role = self.role(o, h.pid);
+            if role == Role::Other && !all && h.since.elapsed() < HOLD {
+                keep.push(h);
+                continue;
+            }
+            let op_path = self.op_of(o, role);
+            let files = h
+                .files
+                .into_iter()
+                .map(|f| FileIo {
+                    op_path: op_path.clone(),
+                    ..f
+                })
+                .collect();
+            sink.push(Event::Io {
+                mono_ns: h.mono_ns,
+                files,
+            })?;
+        }
+        self.held = keep;
+        Ok(())
+    }
+
+    fn drain_io(&mut self) {
+        if let FileReads::Measured(io) = &mut self.io {
+            io.drain();
+        }
     }
 }
 
@@ -301,9 +473,17 @@ struct Link {
     buffer_size: Option<f64>,
 }
 
-impl Source for DataLoaderSource {
+impl Source for DataLoaderSource<'_> {
     fn target(&self) -> &Target {
         &self.target
+    }
+
+    fn target_info(&self) -> TargetInfo {
+        let mut t = self.target.info(self.mode());
+        if let FileReads::NotMeasured(why) = &self.io {
+            t.not_measured.push(format!("file reads ({why})"));
+        }
+        t
     }
 
     fn mode(&self) -> &'static str {
@@ -375,6 +555,7 @@ impl Source for DataLoaderSource {
             }
             Job::Attached { .. } => {}
         }
+        self.drain_io();
         std::thread::sleep(LOOK_AGAIN);
         Ok(Prepared::Again)
     }
@@ -387,11 +568,22 @@ impl Source for DataLoaderSource {
             .unwrap_or_default())
     }
 
+    fn learn_nodes(&mut self, nodes: &[NodeObservation]) {
+        if let Some(n) = nodes.iter().find(|n| n.name == "GetItem") {
+            self.get_item_path.clone_from(&n.path);
+        }
+    }
+
     fn after_poll(&mut self, sink: &mut EventSink, mono_ns: u64, _first: bool) -> Result<()> {
-        if let Some(o) = self.sampler.as_ref().map(StageSampler::observed) {
-            if let Some(obs) = self.observation(&o, mono_ns) {
-                sink.push(Event::DataLoader(obs))?;
-            }
+        let Some(o) = self.sampler.as_ref().map(StageSampler::observed) else {
+            return Ok(());
+        };
+        // One instant for the file reads' counts, their events and the
+        // observation's wall time.
+        let (cut_mono, cut_wall) = crate::clock::now_ns();
+        let io = self.poll_io(sink, &o, mono_ns, cut_mono)?;
+        if let Some(obs) = self.observation(&o, mono_ns, cut_wall) {
+            sink.push(Event::DataLoader(DataLoaderObservation { io, ..obs }))?;
         }
         Ok(())
     }
@@ -407,7 +599,7 @@ impl Source for DataLoaderSource {
         }
     }
 
-    fn finish(&mut self, _sink: &mut EventSink) -> Result<Vec<DropCount>> {
+    fn finish(&mut self, sink: &mut EventSink) -> Result<Vec<DropCount>> {
         let (o, recorded) = self
             .sampler
             .take()
@@ -416,12 +608,17 @@ impl Source for DataLoaderSource {
         self.sampled_wall_ns.1 = now_ns().1;
         let over_limit = recorded.spans_over_limit;
         self.recorded = recorded;
-        Ok(vec![
+        self.release_held(sink, &o, true)?;
+        let mut drops = vec![
             DropCount::new("python_frame_unreadable", o.bad_frames),
             DropCount::new("worker_unreadable", o.unreadable_workers.len() as u64),
             DropCount::new("stage_sampler_failed", u64::from(o.failed)),
             DropCount::new("spans_over_limit", over_limit),
-        ])
+        ];
+        if let FileReads::Measured(io) = &self.io {
+            drops.extend(io.drops());
+        }
+        Ok(drops)
     }
 }
 

@@ -239,6 +239,7 @@ impl<'a> ShimSource<'a> {
                     size: Some(f.size.load(Ordering::Relaxed)).filter(|s| *s > 0),
                     complete_sessions: d[4],
                     complete_bytes: d[5],
+                    pid: None,
                 });
             }
         }

@@ -5,8 +5,9 @@
 //! runs (`loader.rs`); a sampler reads every thread's Python stack in the
 //! training process and the workers to tell the stages apart
 //! (`sampler.rs`, `stage.rs`), and its ticks become trace.json's spans
-//! (`spans.rs`). Nothing is attached to the target: no
-//! uprobe, no BPF, only process_vm_readv and /proc.
+//! (`spans.rs`). Nothing here is attached to the target: no uprobe, no
+//! BPF, only process_vm_readv and /proc (the job's file reads are
+//! `crate::usage::proc_io`'s).
 
 pub mod count;
 pub mod frames;

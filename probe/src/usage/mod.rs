@@ -29,6 +29,7 @@
 mod attribution;
 mod fileio;
 mod nodes;
+pub mod proc_io;
 mod schedule;
 mod spans;
 mod stacks;
