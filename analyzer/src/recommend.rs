@@ -170,24 +170,17 @@ pub(crate) fn recommend(
                 m.nodes[p.get_item].name, m.nodes[p.collate].name, m.nodes[p.collate].name
             ));
         }
-        // Epoch edges and receiving cost the loop's time whatever sets the
-        // pace: these hold where more workers would not.
+        // Epoch edges cost the loop's time whatever sets the pace: this
+        // holds where more workers would not.
         let edge_base = if out.elsewhere.is_some() {
             rate_opt(observed)
         } else {
             last_rate
         };
-        let model_rate = last_rate;
-        if let Some(r) = dl_advice::sharing(m, observed, model_rate) {
-            out.recommendations.push(r);
+        if let Some(n) = dl_advice::receiving_note(m, observed) {
+            out.notes.push(n);
         }
-        let after = out
-            .recommendations
-            .last()
-            .filter(|r| r.kind == "ipc")
-            .and_then(|r| r.predicted_rate)
-            .or(edge_base);
-        if let Some(r) = dl_advice::persistent(m, after) {
+        if let Some(r) = dl_advice::persistent(m, edge_base) {
             out.recommendations.push(r);
         }
         // No cache: a DataLoader has no .cache() to add.

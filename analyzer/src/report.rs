@@ -180,13 +180,13 @@ pub struct PrefetchReport {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct Recommendation {
     /// "parallelism", "gil", "lock", "disk", "prefetch" or "cache"; for a
-    /// DataLoader "workers", "prefetch", "persistent_workers" or "ipc".
+    /// DataLoader "workers", "prefetch" or "persistent_workers".
     pub kind: String,
     pub node: String,
     pub value: f64,
     /// Unit of `value`: "threads", "serial share", "parallel reads",
     /// "bytes/s", "elements" or "bytes"; for a DataLoader "workers",
-    /// "prefetch_factor", "persistent_workers" (1: on) or "receive share".
+    /// "prefetch_factor" or "persistent_workers" (1: on).
     pub unit: String,
     /// Root elements/s after this and every earlier recommendation (null:
     /// unbounded).
