@@ -34,11 +34,11 @@ pub use aggregate::{LockWaits, Stack, StackAggregator, StackKey, Weights};
 pub use error::StacksError;
 pub use folded::{
     folded_lines, folded_text, is_gil_frame, is_python_frame, labeled_folded_lines, lock_frame,
-    op_root_frame, sanitize_frame, thread_frame, FoldedKind, GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
+    op_root_frame, sanitize_frame, thread_frame, FoldedKind, LabelValue, LabeledStack,
+    GIL_FRAME_PATTERNS, OUTSIDE_PIPELINE,
 };
 pub use pprof::{
-    build_labeled_profile, build_profile, encode_profile_gz, LabelValue, LabeledStack,
-    PprofOptions, SAMPLE_TYPES,
+    build_labeled_profile, build_profile, encode_profile_gz, PprofOptions, SAMPLE_TYPES,
 };
 pub use sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
 pub use trace::{render_trace_json, Span, TraceOptions, TraceSummary};

@@ -20,7 +20,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::{Stack, StackAggregator};
-use super::pprof::LabeledStack;
 use super::sample::{LockKind, OpRef, ThreadInfo};
 
 /// Root frame of the stacks of threads outside the pipeline.
@@ -247,6 +246,25 @@ pub fn folded_lines(agg: &StackAggregator, kind: FoldedKind) -> Vec<String> {
         }
     }
     sorted_lines(merged)
+}
+
+/// A label of a [`LabeledStack`]'s sample: a string or a number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LabelValue {
+    Str(String),
+    Num(i64),
+}
+
+/// One stack of a profile with a single sample type, for a sampler whose
+/// stacks are not a [`StackAggregator`]'s: the DataLoader's stage sampler
+/// (wall time per stage, process and Python stack).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabeledStack {
+    /// Outermost first, as in a folded line (root frames such as
+    /// `[get item]` included).
+    pub frames: Vec<String>,
+    pub labels: Vec<(&'static str, LabelValue)>,
+    pub value: u64,
 }
 
 /// The folded lines of [`LabeledStack`]s (frames sanitized as

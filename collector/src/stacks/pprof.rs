@@ -27,7 +27,7 @@ use prost::Message;
 
 use super::aggregate::{Stack, StackAggregator};
 use super::error::StacksError;
-use super::folded::sanitize_frame;
+use super::folded::{sanitize_frame, LabelValue, LabeledStack};
 use super::sample::LockKind;
 
 /// The generated types of pprof's profile.proto (package
@@ -187,25 +187,6 @@ pub fn build_profile(agg: &StackAggregator, opts: &PprofOptions) -> proto::Profi
         }
     }
     b.finish(opts)
-}
-
-/// A label of a [`LabeledStack`]'s sample: a string or a number.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LabelValue {
-    Str(String),
-    Num(i64),
-}
-
-/// One stack of a profile with a single sample type, for a sampler whose
-/// stacks are not a [`StackAggregator`]'s: the DataLoader's stage sampler
-/// (wall time per stage, process and Python stack).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabeledStack {
-    /// Outermost first, as in a folded line (root frames such as
-    /// `[get item]` included).
-    pub frames: Vec<String>,
-    pub labels: Vec<(&'static str, LabelValue)>,
-    pub value: u64,
 }
 
 /// The profile of `stacks`, with the one sample type `sample_type`

@@ -7,7 +7,7 @@
 //! analyzer and the CLI use it.
 
 use super::aggregate::StackAggregator;
-use super::pprof::{LabelValue, LabeledStack};
+use super::folded::{LabelValue, LabeledStack};
 use super::sample::{LockKind, OpRef, StackSample, ThreadInfo, Weight};
 use super::trace::Span;
 
