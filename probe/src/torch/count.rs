@@ -85,6 +85,11 @@ impl EpochTotal {
     /// old one was); a new address is a new iterator, and the epochs of the
     /// others are over.
     pub fn see(&mut self, c: Count) {
+        // Every batch yielded was sent first: a read that says otherwise
+        // was torn (the iterator changed under it) and says nothing.
+        if c.sent.is_some_and(|s| c.yielded > s) {
+            return;
+        }
         match self.last.get_mut(&c.iter) {
             Some(e) if c.yielded < e.yielded => {
                 self.done += e.last();
@@ -176,6 +181,9 @@ mod tests {
         t.see(s(0x20, 13, 16));
         t.see(s(0x20, 14, 16));
         t.see(s(0x30, 2, 6));
+        assert_eq!(t.total(), 16 + 6 + 16 + 2);
+        // A torn read (more yielded than sent) is not counted.
+        t.see(s(0x30, 90, 7));
         assert_eq!(t.total(), 16 + 6 + 16 + 2);
     }
 }
