@@ -50,6 +50,19 @@ impl Objects {
     /// frames hold in a local or on their value stack, or as an attribute
     /// of an instance held there; each address once.
     pub fn find_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
+        self.find_on_frames_until(type_names, |_| false)
+    }
+
+    /// As [`Objects::find_on_frames`], innermost frames first, ending at
+    /// the first object found that `enough` accepts (included). A look for
+    /// the one object a loop runs on ends within a few frames instead of
+    /// reading every frame's locals and their attributes (thousands of
+    /// reads).
+    pub fn find_on_frames_until(
+        &self,
+        type_names: &[&str],
+        enough: impl Fn(&Found) -> bool,
+    ) -> Result<Vec<Found>, ObjError> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for (ts, frame) in self.thread_frames()? {
@@ -59,40 +72,52 @@ impl Objects {
                     continue;
                 };
                 for (i, &w) in slots.words.iter().enumerate() {
-                    let mut found = |addr: u64, name: String, via: String| {
-                        if seen.insert(addr) {
-                            out.push(Found {
-                                addr,
-                                type_name: name,
-                                thread_id,
-                                function: self.code_name(slots.code),
-                                via,
-                            });
+                    // Named only for what is found: the names cost reads.
+                    let via = || {
+                        if i < slots.nlocals {
+                            format!("local {}", self.local_name(slots.code, i))
+                        } else {
+                            format!("stack {}", i - slots.nlocals)
                         }
+                    };
+                    let mut found = |addr: u64, name: String, via: String| {
+                        if !seen.insert(addr) {
+                            return false;
+                        }
+                        let f = Found {
+                            addr,
+                            type_name: name,
+                            thread_id,
+                            function: self.code_name(slots.code),
+                            via,
+                        };
+                        let done = enough(&f);
+                        out.push(f);
+                        done
                     };
                     let Some((obj, name, heap)) = self.slot_object(w) else {
                         continue;
                     };
-                    let via = if i < slots.nlocals {
-                        format!("local {}", self.local_name(slots.code, i))
-                    } else {
-                        format!("stack {}", i - slots.nlocals)
-                    };
-                    if type_names.contains(&name.as_str()) {
-                        found(obj, name.clone(), via.clone());
+                    if type_names.contains(&name.as_str()) && found(obj, name.clone(), via()) {
+                        return Ok(out);
                     }
                     if !heap {
                         continue;
                     }
                     // A stale slot's object may be anything: no attributes.
-                    let Ok(attrs) = self.attrs(obj) else {
+                    let Ok(entries) = self.attr_values(obj) else {
                         continue;
                     };
-                    for (attr, v) in attrs {
-                        if let Ok(n) = self.type_name(v) {
-                            if type_names.contains(&n.as_str()) {
-                                found(v, n, format!("{via}.{attr}"));
-                            }
+                    for (key, v) in entries {
+                        let Ok(n) = self.type_name(v) else {
+                            continue;
+                        };
+                        if !type_names.contains(&n.as_str()) {
+                            continue;
+                        }
+                        let attr = self.key_name(key).unwrap_or_else(|| "?".into());
+                        if found(v, n, format!("{}.{attr}", via())) {
+                            return Ok(out);
                         }
                     }
                 }

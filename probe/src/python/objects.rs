@@ -427,17 +427,21 @@ impl Objects {
         }
     }
 
-    /// Every str-keyed attribute of the instance at `obj`.
-    pub fn attrs(&self, obj: u64) -> Result<Vec<(String, u64)>, ObjError> {
-        let mut out = Vec::new();
-        for (key, value, _, _) in self.attr_entries(obj)? {
-            if self.mem.u64(key + self.lay.ob_type)? == self.str_type {
-                if let Some(k) = read_string(&self.mem, &self.off, key) {
-                    out.push((k, value));
-                }
-            }
-        }
-        Ok(out)
+    /// Every attribute of the instance at `obj` as (key object, value),
+    /// the keys not read: [`Objects::key_name`] names the ones wanted.
+    pub fn attr_values(&self, obj: u64) -> Result<Vec<(u64, u64)>, ObjError> {
+        Ok(self
+            .attr_entries(obj)?
+            .into_iter()
+            .map(|(key, value, _, _)| (key, value))
+            .collect())
+    }
+
+    /// An attribute's key as a string, if it is a `str`.
+    pub fn key_name(&self, key: u64) -> Option<String> {
+        (self.mem.u64(key + self.lay.ob_type).ok()? == self.str_type)
+            .then(|| read_string(&self.mem, &self.off, key))
+            .flatten()
     }
 
     /// Follows `path` from `obj`: attribute names and `[i]` indices into

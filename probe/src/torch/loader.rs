@@ -38,6 +38,10 @@ pub struct IterReader {
     slots: Option<Slots>,
     /// The count at the last look.
     looked_at: Option<i128>,
+    /// What the iterator said of itself at its last full read, kept while
+    /// it is the same object: an attribute looked up by name costs a read
+    /// of every key before it, hundreds of reads for the whole state.
+    known: Option<Known>,
 }
 
 /// The cached slots, valid while the iterator is `ident`.
@@ -46,6 +50,15 @@ struct Slots {
     int_type: u64,
     yielded: u64,
     sent: Option<u64>,
+    /// `_tasks_outstanding`, with workers.
+    outstanding: Option<u64>,
+}
+
+/// The iterator's settings and workers as last read by name.
+struct Known {
+    iter: u64,
+    ident: Ident,
+    state: LoaderState,
 }
 
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
@@ -61,14 +74,15 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         looked: Instant::now(),
         slots: None,
         looked_at: None,
+        known: None,
     }))
 }
 
-/// The iterator the frames hold, with its type object: `keep` while the
-/// frames still hold it (an epoch's old iterator and the next one are both
-/// alive for a moment), else the first found.
-fn locate(objs: &Objects, keep: Option<u64>) -> Option<(u64, u64)> {
-    let found = match objs.find_on_frames(ITER_TYPES) {
+/// The iterator the frames hold, with its type object: the first found
+/// other than `stale` (one that stopped counting: an epoch's old iterator
+/// and the next one can both be alive), else `stale` itself.
+fn locate(objs: &Objects, stale: Option<u64>) -> Option<(u64, u64)> {
+    let found = match objs.find_on_frames_until(ITER_TYPES, |f| Some(f.addr) != stale) {
         Ok(f) => f,
         Err(e) => {
             debug!("looking for the DataLoader iterator: {e}");
@@ -77,7 +91,7 @@ fn locate(objs: &Objects, keep: Option<u64>) -> Option<(u64, u64)> {
     };
     let f = found
         .iter()
-        .find(|f| Some(f.addr) == keep)
+        .find(|f| Some(f.addr) != stale)
         .or_else(|| found.first())?;
     let ty = objs.type_of(f.addr).ok()?;
     debug!(addr = f.addr, via = %f.via, function = %f.function, "DataLoader iterator");
@@ -158,16 +172,18 @@ impl IterReader {
         if now != sl.ident {
             return None;
         }
-        let int = |slot: u64| {
-            let at = self.objs.word(slot).ok()?;
-            let v = self.objs.long_of_type(at, sl.int_type).ok()?;
-            u64::try_from(v).ok()
-        };
         let sent = match sl.sent {
-            Some(slot) => Some(int(slot)?),
+            Some(slot) => Some(self.int_at(sl, slot)?),
             None => None,
         };
-        Some((int(sl.yielded)?, sent))
+        Some((self.int_at(sl, sl.yielded)?, sent))
+    }
+
+    /// The int in a cached slot.
+    fn int_at(&self, sl: &Slots, slot: u64) -> Option<u64> {
+        let at = self.objs.word(slot).ok()?;
+        let v = self.objs.long_of_type(at, sl.int_type).ok()?;
+        u64::try_from(v).ok()
     }
 
     /// Looks the counts up by name and caches where they are. `_send_idx`
@@ -189,11 +205,13 @@ impl IterReader {
         let int_type = self.objs.type_of(at).ok()?.addr;
         let map_style = self.int("_dataset_kind") == Some(0);
         let sent = slot("_send_idx").filter(|_| map_style);
+        let outstanding = slot("_tasks_outstanding");
         self.slots = Some(Slots {
             ident,
             int_type,
             yielded,
             sent,
+            outstanding,
         });
         let n = u64::try_from(self.objs.long(at).ok()?).ok()?;
         let sent = match sent {
@@ -231,7 +249,10 @@ impl IterReader {
 
 impl LoaderReader for IterReader {
     fn yielded(&mut self) -> Option<Count> {
-        let (yielded, sent) = self.counts_fast()?;
+        let Some((yielded, sent)) = self.counts_fast() else {
+            tracing::trace!(iter = self.iter, "no batch count through the cached slots");
+            return None;
+        };
         Some(Count {
             iter: self.iter,
             yielded,
@@ -243,38 +264,82 @@ impl LoaderReader for IterReader {
         // Each epoch without persistent workers has a new iterator: freed,
         // the old one is gone at once; kept alive elsewhere, it is replaced
         // at the next look.
-        if !self.still_there() || self.looked.elapsed() >= LOOK_EVERY {
-            // The one known is kept while it counts; one that stopped
-            // counting over a whole look may be an old epoch's, kept alive.
-            let counting = self.counted() != self.looked_at;
+        // The one known is kept while it is alive and counts: the frames
+        // are looked through (thousands of reads) when it is gone, or when
+        // it stood still over a whole LOOK_EVERY: it may be an old epoch's,
+        // kept alive beside the one the loop iterates now.
+        let alive = self.still_there();
+        let mut looked = !alive;
+        if alive && self.looked.elapsed() >= LOOK_EVERY {
+            let now = self.counted();
+            looked = now == self.looked_at;
             self.looked = Instant::now();
-            let keep = (self.still_there() && counting).then_some(self.iter);
-            if let Some((iter, ty)) = locate(&self.objs, keep) {
+            self.looked_at = now;
+        }
+        if looked {
+            if let Some((iter, ty)) = locate(&self.objs, alive.then_some(self.iter)) {
                 self.iter = iter;
                 self.iter_type = ty;
             }
+            self.looked = Instant::now();
             self.looked_at = self.counted();
         }
         if !self.still_there() {
             debug!(iter = self.iter, "the DataLoader iterator is gone");
             return None;
         }
-        let Some((num_yielded, sent)) = self.counts_slow() else {
+        let counts = match self.counts_fast() {
+            Some(c) if !looked => Some(c),
+            _ => self.counts_slow(),
+        };
+        let Some((num_yielded, sent)) = counts else {
             debug!(
                 iter = self.iter,
                 "the DataLoader iterator's count is unreadable"
             );
             return None;
         };
+        let sl = self.slots.as_ref()?;
+        let ident = sl.ident.clone();
+        let tasks_outstanding = sl.outstanding.and_then(|slot| self.int_at(sl, slot));
         let iter = self.iter;
+        // Settings are read by name once per iterator object; its workers
+        // until all of them have started.
+        let fresh = self.known.as_ref().is_some_and(|k| {
+            k.iter == iter
+                && k.ident == ident
+                && k.state.workers.len() >= k.state.num_workers as usize
+        });
+        if !fresh {
+            let state = self.read_state()?;
+            self.known = Some(Known {
+                iter,
+                ident,
+                state,
+            });
+        }
+        let known = self.known.as_ref()?;
+        Some(LoaderState {
+            iter,
+            num_yielded,
+            sent,
+            tasks_outstanding,
+            ..known.state.clone()
+        })
+    }
+}
+
+impl IterReader {
+    /// The settings and workers of the iterator, each looked up by name.
+    fn read_state(&self) -> Option<LoaderState> {
         let num_workers = self
             .int("_num_workers")
             .and_then(|v| u32::try_from(v).ok())?;
         let to_u64 = |v: i128| u64::try_from(v).ok();
         Some(LoaderState {
-            iter,
-            num_yielded,
-            sent,
+            iter: self.iter,
+            num_yielded: 0,
+            sent: None,
             num_workers,
             prefetch_factor: self
                 .int("_prefetch_factor")
@@ -283,7 +348,7 @@ impl LoaderReader for IterReader {
             persistent_workers: self.flag("_persistent_workers"),
             batch_size: self.int("_index_sampler.batch_size").and_then(to_u64),
             drop_last: self.flag("_index_sampler.drop_last"),
-            tasks_outstanding: self.int("_tasks_outstanding").and_then(to_u64),
+            tasks_outstanding: None,
             workers: self.workers(),
         })
     }

@@ -244,11 +244,13 @@ struct Run {
     thin: Thin,
 }
 
-/// Reads of the loader's counts per read of the stacks. A count costs
-/// three reads, a tick of the stacks a few per thread: counts read four
-/// times as often lose a quarter of what an epoch's end can lose between
-/// two reads (a loop yields an epoch's last batch and starts the next
-/// epoch within a millisecond).
+/// Reads of the loader's counts per read of the stacks while the loop
+/// takes more than one batch a tick. A count costs a few reads, a tick of
+/// the stacks a few per thread: counts read four times as often lose a
+/// quarter of what an epoch's end can lose between two reads (a loop
+/// yields an epoch's last batch and starts the next epoch within a
+/// millisecond). A loop slower than the ticks gains nothing from them: it
+/// yields at most one batch between two reads either way.
 const COUNTS_PER_TICK: u32 = 4;
 /// Between two full reads of the loader's state.
 const STATE_EVERY: Duration = Duration::from_millis(500);
@@ -261,10 +263,15 @@ impl Run {
         let mut last_stacks = now_ns().0;
         let mut last_state: Option<Instant> = None;
         let mut lost = false;
-        let mut reads = 0u32;
+        // Count reads left before the next tick, and how many this tick.
+        let mut per_tick = COUNTS_PER_TICK;
+        let mut until_tick = per_tick;
+        // The count at the last tick, to see how fast the loop goes.
+        let mut at_tick: Option<Count> = None;
+        let mut last_count: Option<Count> = None;
         while !stop.load(Ordering::Relaxed) {
             let slow = if self.thin.stages_slowed() { 4 } else { 1 };
-            std::thread::sleep(self.period * slow / COUNTS_PER_TICK);
+            std::thread::sleep(self.period * slow / per_tick);
             let now = Instant::now();
             // A full read every STATE_EVERY, and soon after the iterator
             // was lost (an epoch ended: the next one's is to be found).
@@ -287,12 +294,16 @@ impl Run {
                 None => self.reader.yielded(),
             };
             lost = count.is_none();
+            last_count = count.or(last_count);
             self.counted(count, state);
-            reads += 1;
-            if reads.is_multiple_of(COUNTS_PER_TICK) {
+            until_tick = until_tick.saturating_sub(1);
+            if until_tick == 0 {
                 let mono = now_ns().0;
                 self.tick(last_stacks, mono);
                 last_stacks = mono;
+                per_tick = counts_per_tick(at_tick, last_count);
+                until_tick = per_tick;
+                at_tick = last_count;
             }
         }
     }
@@ -443,6 +454,16 @@ impl Run {
     }
 }
 
+/// Count reads for the next tick: one while the loop took at most one
+/// batch since the last tick (on the same iterator), else
+/// `COUNTS_PER_TICK`.
+fn counts_per_tick(before: Option<Count>, now: Option<Count>) -> u32 {
+    match (before, now) {
+        (Some(b), Some(n)) if b.iter == n.iter && n.yielded <= b.yielded + 1 => 1,
+        _ => COUNTS_PER_TICK,
+    }
+}
+
 /// Thread `s` of process `pid` in `stage` at a tick.
 fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a Stack) -> Seen<'a> {
     Seen {
@@ -472,4 +493,28 @@ fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, bool, &Stack)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(iter: u64, yielded: u64) -> Option<Count> {
+        Some(Count {
+            iter,
+            yielded,
+            sent: None,
+        })
+    }
+
+    #[test]
+    fn counts_are_read_between_ticks_only_for_a_fast_loop() {
+        // At most one batch a tick: one read a tick loses nothing more.
+        assert_eq!(counts_per_tick(c(1, 10), c(1, 11)), 1);
+        assert_eq!(counts_per_tick(c(1, 10), c(1, 10)), 1);
+        // Faster, a new iterator, or nothing known: read between ticks.
+        assert_eq!(counts_per_tick(c(1, 10), c(1, 12)), COUNTS_PER_TICK);
+        assert_eq!(counts_per_tick(c(1, 10), c(2, 0)), COUNTS_PER_TICK);
+        assert_eq!(counts_per_tick(None, c(1, 0)), COUNTS_PER_TICK);
+    }
 }
