@@ -56,6 +56,36 @@ impl Memory {
         }
     }
 
+    /// Reads each `(addr, buf)` in one call; the kernel stops at the first
+    /// range it cannot read. Returns how many of the leading ranges were
+    /// read whole.
+    pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> usize {
+        // The kernel's limit on ranges per call (UIO_MAXIOV).
+        if parts.len() > 1024 {
+            return 0;
+        }
+        let remote: Vec<RemoteIoVec> = parts
+            .iter()
+            .map(|(addr, b)| RemoteIoVec {
+                base: *addr as usize,
+                len: b.len(),
+            })
+            .collect();
+        let lens: Vec<usize> = parts.iter().map(|(_, b)| b.len()).collect();
+        let mut local: Vec<IoSliceMut> =
+            parts.iter_mut().map(|(_, b)| IoSliceMut::new(b)).collect();
+        let mut got = process_vm_readv(self.pid, &mut local, &remote).unwrap_or(0);
+        let mut whole = 0;
+        for len in lens {
+            if got < len {
+                break;
+            }
+            got -= len;
+            whole += 1;
+        }
+        whole
+    }
+
     pub fn u64(&self, addr: u64) -> Result<u64, MemError> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;

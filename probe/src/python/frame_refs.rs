@@ -12,11 +12,12 @@
 //! a type whose type is a type, the wanted type's name); a freed object's
 //! count is 0.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::code::read_string;
-use super::objects::{user_addr, ObjError, Objects, TPFLAGS_HEAPTYPE};
+use super::objects::{user_addr, ObjError, Objects, TypeInfo, MAX_REFCNT, TPFLAGS_HEAPTYPE};
 use super::offsets::NONE;
+use crate::mem::word_at;
 
 /// 3.12+: the eval loop's own entry frame (`FRAME_OWNED_BY_CSTACK`).
 const OWNED_BY_CSTACK: u8 = 3;
@@ -38,6 +39,54 @@ pub struct Found {
     pub via: String,
 }
 
+/// Type names by type address, for one look.
+type Types = HashMap<u64, Option<(TypeInfo, String)>>;
+
+/// Where a look found an object: slot `i` of a frame, or its attribute
+/// `key` of the object in that slot.
+struct Where<'a> {
+    thread_id: u64,
+    slots: &'a Slots,
+    i: usize,
+    key: Option<u64>,
+}
+
+/// One look through the frames: what was found, and when it is enough.
+struct Look<'a, F: Fn(&Found) -> bool> {
+    enough: &'a F,
+    out: Vec<Found>,
+    seen: HashSet<u64>,
+}
+
+impl<F: Fn(&Found) -> bool> Look<'_, F> {
+    /// Records `addr` (once); whether it is enough. Where it was found is
+    /// named only now: the names cost reads.
+    fn found(&mut self, objs: &Objects, addr: u64, type_name: String, at: &Where) -> bool {
+        if !self.seen.insert(addr) {
+            return false;
+        }
+        let s = at.slots;
+        let mut via = if at.i < s.nlocals {
+            format!("local {}", objs.local_name(s.code, at.i))
+        } else {
+            format!("stack {}", at.i - s.nlocals)
+        };
+        if let Some(key) = at.key {
+            via = format!("{via}.{}", objs.key_name(key).unwrap_or_else(|| "?".into()));
+        }
+        let f = Found {
+            addr,
+            type_name,
+            thread_id: at.thread_id,
+            function: objs.code_name(s.code),
+            via,
+        };
+        let done = (self.enough)(&f);
+        self.out.push(f);
+        done
+    }
+}
+
 /// A frame's slots: its locals (cells, free variables) then its stack.
 struct Slots {
     code: u64,
@@ -53,86 +102,85 @@ impl Objects {
         self.find_on_frames_until(type_names, |_| false)
     }
 
-    /// As [`Objects::find_on_frames`], innermost frames first, ending at
-    /// the first object found that `enough` accepts (included). A look for
-    /// the one object a loop runs on ends within a few frames instead of
-    /// reading every frame's locals and their attributes (thousands of
+    /// As [`Objects::find_on_frames`], ending at the first object found
+    /// that `enough` accepts (included). The frames' own slots are looked
+    /// through first, innermost frames first, and the attributes of what
+    /// they hold only after: a look for the one object a loop runs on
+    /// (`self` of the loader's `__next__`) then ends within a few frames
+    /// instead of reading every frame's locals' attributes (thousands of
     /// reads).
     pub fn find_on_frames_until(
         &self,
         type_names: &[&str],
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut frames = Vec::new();
         for (ts, frame) in self.thread_frames()? {
             let thread_id = self.mem.u64(ts + u64::from(self.off.ts_thread_id))?;
             for f in self.frames_from(frame)? {
-                let Some(slots) = self.slots(f)? else {
-                    continue;
-                };
-                for (i, &w) in slots.words.iter().enumerate() {
-                    // Named only for what is found: the names cost reads.
-                    let via = || {
-                        if i < slots.nlocals {
-                            format!("local {}", self.local_name(slots.code, i))
-                        } else {
-                            format!("stack {}", i - slots.nlocals)
-                        }
-                    };
-                    let mut found = |addr: u64, name: String, via: String| {
-                        if !seen.insert(addr) {
-                            return false;
-                        }
-                        let f = Found {
-                            addr,
-                            type_name: name,
-                            thread_id,
-                            function: self.code_name(slots.code),
-                            via,
-                        };
-                        let done = enough(&f);
-                        out.push(f);
-                        done
-                    };
-                    let Some((obj, name, heap)) = self.slot_object(w) else {
-                        continue;
-                    };
-                    if type_names.contains(&name.as_str()) && found(obj, name.clone(), via()) {
-                        return Ok(out);
-                    }
-                    if !heap {
-                        continue;
-                    }
-                    // A stale slot's object may be anything: no attributes.
-                    let Ok(entries) = self.attr_values(obj) else {
-                        continue;
-                    };
-                    for (key, v) in entries {
-                        let Ok(n) = self.type_name(v) else {
-                            continue;
-                        };
-                        if !type_names.contains(&n.as_str()) {
-                            continue;
-                        }
-                        let attr = self.key_name(key).unwrap_or_else(|| "?".into());
-                        if found(v, n, format!("{}.{attr}", via())) {
-                            return Ok(out);
-                        }
-                    }
+                if let Some(slots) = self.slots(f)? {
+                    frames.push((thread_id, slots));
                 }
             }
         }
-        Ok(out)
+        let mut look = Look {
+            enough: &enough,
+            out: Vec::new(),
+            seen: HashSet::new(),
+        };
+        let mut types = Types::new();
+        // Each instance of a class a slot holds, for the attribute pass:
+        // (frame, slot, object).
+        let mut instances = Vec::new();
+        for (k, (thread_id, slots)) in frames.iter().enumerate() {
+            for (i, &w) in slots.words.iter().enumerate() {
+                let Some((obj, name, heap)) = self.slot_object(w, &mut types) else {
+                    continue;
+                };
+                let at = Where {
+                    thread_id: *thread_id,
+                    slots,
+                    i,
+                    key: None,
+                };
+                if type_names.contains(&name.as_str()) && look.found(self, obj, name, &at) {
+                    return Ok(look.out);
+                }
+                if heap {
+                    instances.push((k, i, obj));
+                }
+            }
+        }
+        for (k, i, obj) in instances {
+            let (thread_id, slots) = &frames[k];
+            // A stale slot's object may be anything: no attributes.
+            let Ok(entries) = self.attr_values(obj) else {
+                continue;
+            };
+            for (key, v) in entries {
+                let Some((_, n)) = self.type_named(v, &mut types) else {
+                    continue;
+                };
+                let at = Where {
+                    thread_id: *thread_id,
+                    slots,
+                    i,
+                    key: Some(key),
+                };
+                if type_names.contains(&n.as_str()) && look.found(self, v, n, &at) {
+                    return Ok(look.out);
+                }
+            }
+        }
+        Ok(look.out)
     }
 
     /// The object a slot holds (a cell's content for a cell, the wrapped
     /// iterator for `enumerate(...)`), its type name and whether its type
     /// is a heap type (a class).
-    fn slot_object(&self, w: u64) -> Option<(u64, String, bool)> {
+    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, String, bool)> {
         let mut obj = w;
-        let mut t = self.type_of(obj).ok()?;
-        let mut name = self.c_string(t.name_ptr).ok()?;
+        let (mut t, mut name) = self.type_named(obj, types)?;
         for _ in 0..2 {
             let inner = match name.as_str() {
                 "cell" => self.lay.cell_ref,
@@ -142,10 +190,33 @@ impl Objects {
                 _ => break,
             };
             obj = self.mem.u64(obj + inner).ok()?;
-            t = self.type_of(obj).ok()?;
-            name = self.c_string(t.name_ptr).ok()?;
+            (t, name) = self.type_named(obj, types)?;
         }
         Some((obj, name, t.flags & TPFLAGS_HEAPTYPE != 0))
+    }
+
+    /// The type of the object at `obj` and its name, as
+    /// [`Objects::type_of`] checks them; a type seen before in this look
+    /// costs only the read of the object's header.
+    fn type_named(&self, obj: u64, types: &mut Types) -> Option<(TypeInfo, String)> {
+        if !user_addr(obj) || !obj.is_multiple_of(8) {
+            return None;
+        }
+        let mut h = [0u8; 16];
+        self.mem.read(obj, &mut h).ok()?;
+        let (refcnt, ty) = (word_at(&h, 0), word_at(&h, self.lay.ob_type as usize));
+        if refcnt == 0 || refcnt > MAX_REFCNT {
+            return None;
+        }
+        if let Some(known) = types.get(&ty) {
+            return known.clone();
+        }
+        let named = self
+            .type_of(obj)
+            .ok()
+            .and_then(|t| Some((t, self.c_string(t.name_ptr).ok()?)));
+        types.insert(ty, named.clone());
+        named
     }
 
     /// Each thread state with its innermost frame (0 when it has none).

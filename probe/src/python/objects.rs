@@ -57,7 +57,7 @@ const MAX_ITEMS: u64 = 1 << 20;
 const MAX_TYPE_NAME: usize = 256;
 /// Above this a reference count is a freed block's link, not a count
 /// (3.12+'s immortal objects count 2^32 - 1).
-const MAX_REFCNT: u64 = 1 << 40;
+pub(super) const MAX_REFCNT: u64 = 1 << 40;
 
 /// A value read from the target.
 #[derive(Debug, Clone, PartialEq)]
@@ -425,6 +425,40 @@ impl Objects {
             }
             _ => self.long(obj),
         }
+    }
+
+    /// Reads each `(addr, buf)` in one call; how many of the leading ones
+    /// were read whole.
+    pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> usize {
+        self.mem.read_many(parts)
+    }
+
+    /// The values of the ints at `objs`, all read in one call, when each
+    /// is of type `int_type` with at most two digits; None otherwise.
+    pub fn longs_of_type(&self, objs: &[u64], int_type: u64) -> Option<Vec<i128>> {
+        let l = &self.lay;
+        let len = (l.long_digits + 8) as usize;
+        let mut bufs = vec![vec![0u8; len]; objs.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = objs
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&o, b)| (o, b.as_mut_slice()))
+            .collect();
+        if !objs.iter().all(|&o| user_addr(o)) || self.read_many(&mut parts) != objs.len() {
+            return None;
+        }
+        bufs.iter()
+            .map(|b| {
+                let tag = word_at(b, l.long_tag as usize);
+                match digit_count(l.minor, tag) {
+                    Some(n) if n <= 2 && word_at(b, l.ob_type as usize) == int_type => {
+                        let digits = &b[l.long_digits as usize..l.long_digits as usize + 4 * n];
+                        long_value(l.minor, tag, digits).ok()
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// Every attribute of the instance at `obj` as (key object, value),

@@ -36,11 +36,13 @@ use crate::usage::proc_io::ProcIo;
 /// Polls: each one only copies what the sampler counted.
 const INTERVAL: Duration = Duration::from_millis(500);
 /// How often the sampler reads the stacks when `--sample-hz` is 0. A tick
-/// costs a thread-state and a block read per thread of the job (3.11+)
-/// and a few reads per count; at 49 a second the probe's CPU was 0.7-0.9%
-/// of the job's (release build, BENCHMARKS.md), and 30 s give a data
-/// stall share to within ~1.5 points.
-pub const SAMPLE_HZ: u32 = 50;
+/// costs a few calls to the kernel per process of the job (its thread
+/// states, their frames, the pages of their stacks, each read for all
+/// threads at once) and two per count. With one worker (the job at ~1.1
+/// cores) the probe's whole cost was 1.28% of the job's CPU at 50 a
+/// second and 0.97% at 25 (release build, BENCHMARKS.md); 30 s at 25 give
+/// a data stall share to within ~2 points.
+pub const SAMPLE_HZ: u32 = 25;
 /// Between two looks for the loader while none is found.
 const LOOK_AGAIN: Duration = Duration::from_millis(200);
 /// Failed looks in a row before the recording fails.

@@ -40,46 +40,51 @@ impl Block {
         self.bytes.get(off..off.checked_add(len)?)
     }
 
-    /// Reads the page holding `[addr, addr + len)` and up to
-    /// `BLOCK_PAGES - 1` pages below it, one iovec per page, the top page
-    /// first: the kernel stops at the first page it cannot read, so an
-    /// unmapped page below keeps the ones above.
-    fn load(&mut self, pid: nix::unistd::Pid, addr: u64, len: usize) -> bool {
-        use nix::sys::uio::{process_vm_readv, RemoteIoVec};
-        use std::io::IoSliceMut;
-        let Some(end) = addr
-            .checked_add(len as u64)
-            .and_then(|e| e.checked_next_multiple_of(PAGE))
-        else {
+    /// The pages a load of `[addr, addr + len)` reads, top page first:
+    /// the page holding it and up to `BLOCK_PAGES - 1` below, never the
+    /// first page (no pointer of the target points there).
+    fn pages(addr: u64, len: usize) -> Option<Vec<u64>> {
+        let end = addr
+            .checked_add(len as u64)?
+            .checked_next_multiple_of(PAGE)?;
+        let base = end.saturating_sub(BLOCK_PAGES as u64 * PAGE).max(PAGE);
+        (base < end).then(|| (1..=(end - base) / PAGE).map(|i| end - i * PAGE).collect())
+    }
+
+    /// A block of the leading `got` pages of `pages` (top first) read into
+    /// `bufs`; None when not even the top one was read.
+    fn of_pages(pages: &[u64], bufs: Vec<Vec<u8>>, got: usize) -> Option<Block> {
+        let got = got.min(pages.len());
+        let base = *pages.get(got.checked_sub(1)?)?;
+        let mut bytes = Vec::with_capacity(got * PAGE as usize);
+        for b in bufs.into_iter().take(got).rev() {
+            bytes.extend_from_slice(&b);
+        }
+        Some(Block { base, bytes })
+    }
+
+    /// Reads the page holding `[addr, addr + len)` and the pages below it
+    /// (`pages`) in one call, the top page first: the kernel stops at the
+    /// first page it cannot read, so an unmapped page below keeps the ones
+    /// above.
+    fn load(&mut self, mem: &Memory, addr: u64, len: usize) -> bool {
+        let Some(pages) = Block::pages(addr, len) else {
             return false;
         };
-        // Never below the first page: no pointer of the target points there.
-        let base = end.saturating_sub(BLOCK_PAGES as u64 * PAGE).max(PAGE);
-        if base >= end {
-            return false;
-        }
-        let pages = (end - base) / PAGE;
-        let mut buf = vec![0u8; (end - base) as usize];
-        let remote: Vec<RemoteIoVec> = (0..pages)
-            .map(|i| RemoteIoVec {
-                base: (end - (i + 1) * PAGE) as usize,
-                len: PAGE as usize,
-            })
+        let mut bufs = vec![vec![0u8; PAGE as usize]; pages.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = pages
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&p, b)| (p, b.as_mut_slice()))
             .collect();
-        // Local slices in the same order as the remote pages: the top page
-        // goes to the end of `buf`.
-        let mut chunks: Vec<&mut [u8]> = buf.chunks_mut(PAGE as usize).rev().collect();
-        let mut local: Vec<IoSliceMut> = chunks.iter_mut().map(|c| IoSliceMut::new(c)).collect();
-        let got = process_vm_readv(pid, &mut local, &remote).unwrap_or(0);
-        let full_pages = got / PAGE as usize;
-        if full_pages == 0 {
-            return false;
+        let got = mem.read_many(&mut parts);
+        match Block::of_pages(&pages, bufs, got) {
+            Some(b) => {
+                *self = b;
+                self.get(addr, len).is_some()
+            }
+            None => false,
         }
-        let keep = full_pages * PAGE as usize;
-        let start = buf.len() - keep;
-        self.base = end - keep as u64;
-        self.bytes = buf.split_off(start);
-        self.get(addr, len).is_some()
     }
 }
 
@@ -101,6 +106,10 @@ pub struct Frames {
     code_type: u64,
     f_read: usize,
     codes: HashMap<u64, Option<Named>>,
+    /// The thread states found at the last walk, head first.
+    threads: Vec<u64>,
+    /// Pages read at once, kept between walks.
+    scratch: Vec<u8>,
     walks: u64,
     /// Frames whose code object could not be read.
     pub bad_frames: u64,
@@ -128,69 +137,194 @@ impl Frames {
             code_type: py.code_type,
             f_read: py.config.f_read as usize,
             codes: HashMap::new(),
+            threads: Vec::new(),
+            scratch: Vec::new(),
             walks: 0,
             bad_frames: 0,
         }
     }
 
     /// Every thread's stack now; None when the process cannot be read
-    /// (it exited).
+    /// (it exited). A few calls to the kernel per process, not per
+    /// thread: each read costs ~3-10 us of the probe's CPU, mostly fixed
+    /// (the target's memory map locked, its pages pinned), so the thread
+    /// states, their current frames and the pages of their stacks are each
+    /// read for all threads at once.
     pub fn stacks(&mut self) -> Option<Vec<Stack>> {
         self.walks += 1;
         if self.walks.is_multiple_of(CODE_CACHE_TICKS) {
             self.codes.clear();
         }
         let o = self.off;
-        let mut ts = self
-            .mem
-            .u64(self.interp + u64::from(self.threads_head))
-            .ok()?;
-        let mut out = Vec::new();
-        for _ in 0..MAX_THREADS {
-            if ts == 0 {
-                break;
-            }
-            let mut head = vec![
-                0u8;
-                [o.ts_next, o.ts_thread_id, o.ts_frame]
-                    .into_iter()
-                    .max()
-                    .unwrap_or(0) as usize
-                    + 8
-            ];
-            self.mem.read(ts, &mut head).ok()?;
-            let frame = word_at(&head, o.ts_frame as usize);
-            let (frames, complete) = self.walk(frame);
+        let heads = self.thread_heads()?;
+        let mut tops: Vec<u64> = heads
+            .iter()
+            .map(|h| word_at(h, o.ts_frame as usize))
+            .collect();
+        if o.cframe_frame != crate::python::NONE {
+            self.deref_all(&mut tops, u64::from(o.cframe_frame));
+        }
+        let blocks = self.preload(&tops);
+        let mut out = Vec::with_capacity(heads.len());
+        for ((head, top), block) in heads.iter().zip(tops).zip(blocks) {
+            let (frames, complete) = self.walk(top, block);
             out.push(Stack {
-                thread_id: word_at(&head, o.ts_thread_id as usize),
+                thread_id: word_at(head, o.ts_thread_id as usize),
                 frames,
                 complete,
             });
-            ts = word_at(&head, o.ts_next as usize);
         }
         Some(out)
     }
 
-    /// The frames from `f` outward, outermost first, and whether the walk
-    /// was complete.
-    fn walk(&mut self, mut f: u64) -> (Vec<Named>, bool) {
+    /// Bytes of a thread state read: up to its last field used.
+    fn head_len(&self) -> usize {
         let o = self.off;
-        if f != 0 && o.cframe_frame != crate::python::NONE {
-            f = self
-                .mem
-                .u64(f.wrapping_add(u64::from(o.cframe_frame)))
-                .unwrap_or(0);
+        [o.ts_next, o.ts_thread_id, o.ts_frame]
+            .into_iter()
+            .max()
+            .unwrap_or(0) as usize
+            + 8
+    }
+
+    /// Each thread state's first bytes, head of the list first. The
+    /// threads of the last walk are read in one call with the list's head,
+    /// and kept when their links still chain the same way; else the list
+    /// is walked a thread at a time.
+    fn thread_heads(&mut self) -> Option<Vec<Vec<u8>>> {
+        let (o, len) = (self.off, self.head_len());
+        let mut first = [0u8; 8];
+        let mut heads = vec![vec![0u8; len]; self.threads.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = Vec::with_capacity(heads.len() + 1);
+        parts.push((self.interp + u64::from(self.threads_head), &mut first));
+        for (&ts, h) in self.threads.iter().zip(heads.iter_mut()) {
+            parts.push((ts, h.as_mut_slice()));
         }
+        let n = parts.len();
+        if self.mem.read_many(&mut parts) == n {
+            let mut links = heads.iter().map(|h| word_at(h, o.ts_next as usize));
+            let head = word_at(&first, 0);
+            let same = self.threads.first().copied().unwrap_or(0) == head
+                && self
+                    .threads
+                    .iter()
+                    .skip(1)
+                    .chain(std::iter::once(&0))
+                    .all(|&next| links.next() == Some(next));
+            if same {
+                return Some(heads);
+            }
+        }
+        let mut ts = self
+            .mem
+            .u64(self.interp + u64::from(self.threads_head))
+            .ok()?;
+        self.threads.clear();
+        let mut heads = Vec::new();
+        for _ in 0..MAX_THREADS {
+            if ts == 0 {
+                break;
+            }
+            let mut head = vec![0u8; len];
+            self.mem.read(ts, &mut head).ok()?;
+            self.threads.push(ts);
+            ts = word_at(&head, o.ts_next as usize);
+            heads.push(head);
+        }
+        Some(heads)
+    }
+
+    /// Replaces each non-zero pointer with the word at `pointer + off`
+    /// (3.11/3.12: a thread's `cframe` with its `current_frame`), all in
+    /// one call; one at a time (0 where unreadable) if that fails.
+    fn deref_all(&self, ptrs: &mut [u64], off: u64) {
+        let mut words = vec![[0u8; 8]; ptrs.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = ptrs
+            .iter()
+            .zip(words.iter_mut())
+            .filter(|(&p, _)| p != 0)
+            .map(|(&p, w)| (p.wrapping_add(off), w.as_mut_slice()))
+            .collect();
+        let n = parts.len();
+        let whole = self.mem.read_many(&mut parts) == n;
+        for (p, w) in ptrs.iter_mut().zip(&words) {
+            if *p == 0 {
+                continue;
+            }
+            *p = if whole {
+                word_at(w, 0)
+            } else {
+                self.mem.u64(p.wrapping_add(off)).unwrap_or(0)
+            };
+        }
+    }
+
+    /// The pages below each thread's innermost frame, all read in one
+    /// call (on 3.11+ a whole stack usually lies there). The call lists
+    /// every thread's top page first, then every thread's next page, and
+    /// so on: the kernel stops at the first page it cannot read, and an
+    /// unmapped page below one thread's stack then costs the others only
+    /// their deeper pages, which a walk reads when it gets there.
+    fn preload(&mut self, tops: &[u64]) -> Vec<Block> {
+        let pages: Vec<Vec<u64>> = tops
+            .iter()
+            .map(|&f| match f {
+                0 => Vec::new(),
+                f => Block::pages(f, self.f_read).unwrap_or_default(),
+            })
+            .collect();
+        // (thread, rank) of each page in the order read.
+        let order: Vec<(usize, usize)> = (0..BLOCK_PAGES)
+            .flat_map(|r| {
+                pages
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, p)| r < p.len())
+                    .map(move |(t, _)| (t, r))
+            })
+            .collect();
+        let page = PAGE as usize;
+        self.scratch.clear();
+        self.scratch.resize(order.len() * page, 0);
+        let mut parts: Vec<(u64, &mut [u8])> = order
+            .iter()
+            .zip(self.scratch.chunks_mut(page))
+            .map(|(&(t, r), b)| (pages[t][r], b))
+            .collect();
+        let got = self.mem.read_many(&mut parts);
+        drop(parts);
+        // Each thread's pages read, top first, up to its first one missed.
+        let mut bufs: Vec<Vec<Vec<u8>>> = vec![Vec::new(); tops.len()];
+        let mut missed = vec![false; tops.len()];
+        for (i, &(t, _)) in order.iter().enumerate() {
+            if i >= got {
+                missed[t] = true;
+            } else if !missed[t] {
+                bufs[t].push(self.scratch[i * page..(i + 1) * page].to_vec());
+            }
+        }
+        pages
+            .iter()
+            .zip(bufs)
+            .map(|(p, b)| {
+                let n = b.len();
+                Block::of_pages(p, b, n).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// The frames from `f` (the innermost) outward, outermost first, and
+    /// whether the walk was complete; `block`: pages read already.
+    fn walk(&mut self, mut f: u64, mut block: Block) -> (Vec<Named>, bool) {
+        let o = self.off;
         let mut frames = Vec::new();
-        let mut block = Block::default();
-        let pid = nix::unistd::Pid::from_raw(self.pid);
         let mut complete = true;
         for _ in 0..2 * MAX_FRAMES {
             if f == 0 {
                 break;
             }
             if frames.len() == MAX_FRAMES
-                || (block.get(f, self.f_read).is_none() && !block.load(pid, f, self.f_read))
+                || (block.get(f, self.f_read).is_none() && !block.load(&self.mem, f, self.f_read))
             {
                 complete = false;
                 break;

@@ -59,6 +59,16 @@ struct Known {
     iter: u64,
     ident: Ident,
     state: LoaderState,
+    /// Reads by name of this iterator, and when the last one was.
+    reads: u32,
+    read_at: Instant,
+}
+
+impl LoaderState {
+    /// Every worker started, and the batch size known.
+    fn complete(&self) -> bool {
+        self.workers.len() >= self.num_workers as usize && self.batch_size.is_some()
+    }
 }
 
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
@@ -168,15 +178,37 @@ impl IterReader {
     /// dict): the slow path then looks the names up again.
     fn counts_fast(&self) -> Option<(u64, Option<u64>)> {
         let sl = self.slots.as_ref()?;
-        let now = Ident::read(&self.objs, self.iter, self.iter_type, sl.ident.dict_word)?;
-        if now != sl.ident {
+        // Two calls to the kernel: the header and both slots, then both
+        // ints (each call costs the probe a few microseconds, whatever it
+        // reads).
+        let mut head = [0u8; 64];
+        let (mut y, mut s) = ([0u8; 8], [0u8; 8]);
+        let mut parts: Vec<(u64, &mut [u8])> = vec![
+            (self.iter.checked_sub(32)?, &mut head),
+            (sl.yielded, &mut y),
+        ];
+        if let Some(slot) = sl.sent {
+            parts.push((slot, &mut s));
+        }
+        let n = parts.len();
+        if self.objs.read_many(&mut parts) != n {
             return None;
         }
+        if Ident::of(&head, self.iter_type, sl.ident.dict_word)? != sl.ident {
+            return None;
+        }
+        let ints: Vec<u64> = [Some(&y), sl.sent.map(|_| &s)]
+            .into_iter()
+            .flatten()
+            .map(|w| crate::mem::word_at(w, 0))
+            .collect();
+        let values = self.objs.longs_of_type(&ints, sl.int_type)?;
+        let yielded = u64::try_from(*values.first()?).ok()?;
         let sent = match sl.sent {
-            Some(slot) => Some(self.int_at(sl, slot)?),
+            Some(_) => Some(u64::try_from(*values.get(1)?).ok()?),
             None => None,
         };
-        Some((self.int_at(sl, sl.yielded)?, sent))
+        Some((yielded, sent))
     }
 
     /// The int in a cached slot.
@@ -303,19 +335,28 @@ impl LoaderReader for IterReader {
         let ident = sl.ident.clone();
         let tasks_outstanding = sl.outstanding.and_then(|slot| self.int_at(sl, slot));
         let iter = self.iter;
-        // Settings are read by name once per iterator object; its workers
-        // until all of them have started.
+        // Settings are read by name once per iterator object, and again
+        // while some are missing (an iterator read while it is being
+        // built: its workers not all started, an attribute not set yet),
+        // at most every LOOK_EVERY after its first reads.
         let fresh = self.known.as_ref().is_some_and(|k| {
             k.iter == iter
                 && k.ident == ident
-                && k.state.workers.len() >= k.state.num_workers as usize
+                && (k.state.complete()
+                    || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
         });
         if !fresh {
             let state = self.read_state()?;
+            let reads = match &self.known {
+                Some(k) if k.iter == iter && k.ident == ident => k.reads + 1,
+                _ => 1,
+            };
             self.known = Some(Known {
                 iter,
                 ident,
                 state,
+                reads,
+                read_at: Instant::now(),
             });
         }
         let known = self.known.as_ref()?;
