@@ -44,6 +44,7 @@ type Types = HashMap<u64, Option<(TypeInfo, String)>>;
 
 /// Where a look found an object: slot `i` of a frame, or its attribute
 /// `key` of the object in that slot.
+#[derive(Clone, Copy)]
 struct Where<'a> {
     thread_id: u64,
     slots: &'a Slots,
@@ -51,11 +52,14 @@ struct Where<'a> {
     key: Option<u64>,
 }
 
-/// One look through the frames: what was found, and when it is enough.
+/// One look through the frames: what is wanted, what was found, and when
+/// it is enough.
 struct Look<'a, F: Fn(&Found) -> bool> {
+    type_names: &'a [&'a str],
     enough: &'a F,
     out: Vec<Found>,
     seen: HashSet<u64>,
+    types: Types,
 }
 
 impl<F: Fn(&Found) -> bool> Look<'_, F> {
@@ -97,21 +101,31 @@ struct Slots {
 impl Objects {
     /// The objects of the given type names (`tp_name`) that any thread's
     /// frames hold in a local or on their value stack, or as an attribute
-    /// of an instance held there; each address once.
+    /// of an instance held there; each address once, named by the first
+    /// way to it: frame by frame, innermost first, each slot then its
+    /// object's attributes.
     pub fn find_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
-        self.find_on_frames_until(type_names, |_| false)
+        self.look_through_frames(type_names, false, |_| false)
     }
 
     /// As [`Objects::find_on_frames`], ending at the first object found
-    /// that `enough` accepts (included). The frames' own slots are looked
-    /// through first, innermost frames first, and the attributes of what
-    /// they hold only after: a look for the one object a loop runs on
-    /// (`self` of the loader's `__next__`) then ends within a few frames
-    /// instead of reading every frame's locals' attributes (thousands of
-    /// reads).
+    /// that `enough` accepts (included), and every frame's own slots
+    /// looked through before any attribute: a look for the one object a
+    /// loop runs on (`self` of the loader's `__next__`) then ends within a
+    /// few frames instead of reading every frame's locals' attributes
+    /// (thousands of reads).
     pub fn find_on_frames_until(
         &self,
         type_names: &[&str],
+        enough: impl Fn(&Found) -> bool,
+    ) -> Result<Vec<Found>, ObjError> {
+        self.look_through_frames(type_names, true, enough)
+    }
+
+    fn look_through_frames(
+        &self,
+        type_names: &[&str],
+        slots_first: bool,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
         let mut frames = Vec::new();
@@ -124,17 +138,18 @@ impl Objects {
             }
         }
         let mut look = Look {
+            type_names,
             enough: &enough,
             out: Vec::new(),
             seen: HashSet::new(),
+            types: Types::new(),
         };
-        let mut types = Types::new();
         // Each instance of a class a slot holds, for the attribute pass:
         // (frame, slot, object).
         let mut instances = Vec::new();
         for (k, (thread_id, slots)) in frames.iter().enumerate() {
             for (i, &w) in slots.words.iter().enumerate() {
-                let Some((obj, name, heap)) = self.slot_object(w, &mut types) else {
+                let Some((obj, name, heap)) = self.slot_object(w, &mut look.types) else {
                     continue;
                 };
                 let at = Where {
@@ -146,33 +161,56 @@ impl Objects {
                 if type_names.contains(&name.as_str()) && look.found(self, obj, name, &at) {
                     return Ok(look.out);
                 }
-                if heap {
+                if !heap {
+                    continue;
+                }
+                if slots_first {
                     instances.push((k, i, obj));
+                } else if self.look_in_attrs(&mut look, &at, obj) {
+                    return Ok(look.out);
                 }
             }
         }
         for (k, i, obj) in instances {
             let (thread_id, slots) = &frames[k];
-            // A stale slot's object may be anything: no attributes.
-            let Ok(entries) = self.attr_values(obj) else {
-                continue;
+            let at = Where {
+                thread_id: *thread_id,
+                slots,
+                i,
+                key: None,
             };
-            for (key, v) in entries {
-                let Some((_, n)) = self.type_named(v, &mut types) else {
-                    continue;
-                };
-                let at = Where {
-                    thread_id: *thread_id,
-                    slots,
-                    i,
-                    key: Some(key),
-                };
-                if type_names.contains(&n.as_str()) && look.found(self, v, n, &at) {
-                    return Ok(look.out);
-                }
+            if self.look_in_attrs(&mut look, &at, obj) {
+                return Ok(look.out);
             }
         }
         Ok(look.out)
+    }
+
+    /// Looks through the attributes of `obj`, held at `at`; whether what
+    /// was found is enough.
+    fn look_in_attrs<F: Fn(&Found) -> bool>(
+        &self,
+        look: &mut Look<'_, F>,
+        at: &Where,
+        obj: u64,
+    ) -> bool {
+        // A stale slot's object may be anything: no attributes.
+        let Ok(entries) = self.attr_values(obj) else {
+            return false;
+        };
+        for (key, v) in entries {
+            let Some((_, n)) = self.type_named(v, &mut look.types) else {
+                continue;
+            };
+            let at = Where {
+                key: Some(key),
+                ..*at
+            };
+            if look.type_names.contains(&n.as_str()) && look.found(self, v, n, &at) {
+                return true;
+            }
+        }
+        false
     }
 
     /// The object a slot holds (a cell's content for a cell, the wrapped

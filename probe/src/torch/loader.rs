@@ -342,8 +342,7 @@ impl LoaderReader for IterReader {
         let fresh = self.known.as_ref().is_some_and(|k| {
             k.iter == iter
                 && k.ident == ident
-                && (k.state.complete()
-                    || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
+                && (k.state.complete() || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
         });
         if !fresh {
             let state = self.read_state()?;
