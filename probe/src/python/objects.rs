@@ -397,10 +397,15 @@ impl Objects {
     /// instead of looking the name up each time (valid while the instance
     /// keeps its attributes where they are: until its dict is resized or
     /// materialised, so it is to be looked up again now and then).
-    pub fn attr_slot(&self, obj: u64, name: &str) -> Result<Option<u64>, ObjError> {
-        for (key, _, _, slot) in self.attr_entries(obj)? {
+    /// With it, the key object when the slot is in a combined table's
+    /// entry, where the key lies in the word before the
+    /// value: a later read of both says whether the slot still holds this
+    /// attribute (a table that grew leaves its old entries to be reused).
+    pub fn attr_slot(&self, obj: u64, name: &str) -> Result<Option<(u64, Option<u64>)>, ObjError> {
+        for (key, _, storage, slot) in self.attr_entries(obj)? {
             if self.key_is(key, name)? {
-                return Ok(Some(slot));
+                let keyed = (storage == Storage::CombinedDict).then_some(key);
+                return Ok(Some((slot, keyed)));
             }
         }
         Ok(None)
@@ -425,6 +430,12 @@ impl Objects {
             }
             _ => self.long(obj),
         }
+    }
+
+    /// Where a dict keeps the pointers to its tables: `ma_keys`,
+    /// `ma_values`.
+    pub fn dict_table_addrs(&self, dict: u64) -> [u64; 2] {
+        [dict + self.lay.dict_keys, dict + self.lay.dict_values]
     }
 
     /// Reads each `(addr, buf)` in one call; how many of the leading ones

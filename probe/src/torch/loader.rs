@@ -50,8 +50,17 @@ struct Slots {
     int_type: u64,
     yielded: u64,
     sent: Option<u64>,
+    /// The key objects of `yielded` and `sent` when their slots are in a
+    /// combined table's entries, in the word before each slot.
+    keys: [Option<u64>; 2],
     /// `_tasks_outstanding`, with workers.
     outstanding: Option<u64>,
+    /// Where the attributes live in a dict: the addresses of its
+    /// `ma_keys` and `ma_values` and what they held. A dict that grows
+    /// moves its entries to a new table: the slots found in the old one
+    /// then point into freed memory (an iterator read while `__init__`
+    /// adds its attributes once kept reading 256 there).
+    tables: Option<([u64; 2], [u64; 2])>,
 }
 
 /// The iterator's settings and workers as last read by name.
@@ -121,6 +130,17 @@ struct Ident {
 }
 
 impl Ident {
+    /// The dict holding the object's attributes, if they are in one:
+    /// 3.9/3.10 its `tp_dictoffset` word; 3.11+ the managed dict pointer
+    /// at `obj - 24` (3.12 tags inline values there with bit 0).
+    fn dict_addr(&self) -> Option<u64> {
+        let d = match self.dict_word {
+            Some(_) => self.dict,
+            None => self.storage[1],
+        };
+        (d != 0 && d & 1 == 0).then_some(d)
+    }
+
     /// Reads `[obj - 32, obj + 32)`; None unless the object is alive and
     /// of type `ty` (`alive_with`).
     fn read(objs: &Objects, obj: u64, ty: u64, dict_word: Option<u64>) -> Option<Ident> {
@@ -181,14 +201,19 @@ impl IterReader {
         // Two calls to the kernel: the header and both slots, then both
         // ints (each call costs the probe a few microseconds, whatever it
         // reads).
+        // Each slot is read with the word before it: the key of a combined
+        // table's entry, checked when the slot was found in one.
         let mut head = [0u8; 64];
-        let (mut y, mut s) = ([0u8; 8], [0u8; 8]);
-        let mut parts: Vec<(u64, &mut [u8])> = vec![
-            (self.iter.checked_sub(32)?, &mut head),
-            (sl.yielded, &mut y),
-        ];
+        let (mut y, mut s) = ([0u8; 16], [0u8; 16]);
+        let (mut k, mut v) = ([0u8; 8], [0u8; 8]);
+        let mut parts: Vec<(u64, &mut [u8])> = vec![(self.iter.checked_sub(32)?, &mut head)];
+        if let Some((at, _)) = sl.tables {
+            parts.push((at[0], &mut k));
+            parts.push((at[1], &mut v));
+        }
+        parts.push((sl.yielded.checked_sub(8)?, &mut y));
         if let Some(slot) = sl.sent {
-            parts.push((slot, &mut s));
+            parts.push((slot.checked_sub(8)?, &mut s));
         }
         let n = parts.len();
         if self.objs.read_many(&mut parts) != n {
@@ -197,10 +222,21 @@ impl IterReader {
         if Ident::of(&head, self.iter_type, sl.ident.dict_word)? != sl.ident {
             return None;
         }
+        let word = |b: &[u8], at: usize| crate::mem::word_at(b, at);
+        if sl
+            .tables
+            .is_some_and(|(_, was)| was != [word(&k, 0), word(&v, 0)])
+        {
+            return None;
+        }
+        let keyed = |b: &[u8; 16], key: Option<u64>| key.is_none_or(|key| word(b, 0) == key);
+        if !keyed(&y, sl.keys[0]) || (sl.sent.is_some() && !keyed(&s, sl.keys[1])) {
+            return None;
+        }
         let ints: Vec<u64> = [Some(&y), sl.sent.map(|_| &s)]
             .into_iter()
             .flatten()
-            .map(|w| crate::mem::word_at(w, 0))
+            .map(|b| word(b, 8))
             .collect();
         let values = self.objs.longs_of_type(&ints, sl.int_type)?;
         let yielded = u64::try_from(*values.first()?).ok()?;
@@ -230,21 +266,41 @@ impl IterReader {
             .ok()
             .and_then(|t| u64::try_from(t.dictoffset).ok())
             .filter(|&d| d > 0 && d <= 24);
-        let ident = Ident::read(&self.objs, self.iter, self.iter_type, dict_word)?;
-        let slot = |name: &str| self.objs.attr_slot(self.iter, name).ok().flatten();
-        let yielded = slot("_num_yielded")?;
+        // The object's identity and its dict's tables, read before and
+        // after the slots are looked up: an iterator read while its
+        // `__init__` adds attributes can move them in between.
+        let snapshot = |objs: &Objects| {
+            let ident = Ident::read(objs, self.iter, self.iter_type, dict_word)?;
+            let tables = match ident.dict_addr() {
+                Some(d) => {
+                    let at = objs.dict_table_addrs(d);
+                    Some((at, [objs.word(at[0]).ok()?, objs.word(at[1]).ok()?]))
+                }
+                None => None,
+            };
+            Some((ident, tables))
+        };
+        let (ident, tables) = snapshot(&self.objs)?;
+        let keyed = |name: &str| self.objs.attr_slot(self.iter, name).ok().flatten();
+        let (yielded, yielded_key) = keyed("_num_yielded")?;
         let at = self.objs.word(yielded).ok()?;
         let int_type = self.objs.type_of(at).ok()?.addr;
         let map_style = self.int("_dataset_kind") == Some(0);
-        let sent = slot("_send_idx").filter(|_| map_style);
-        let outstanding = slot("_tasks_outstanding");
+        let sent = keyed("_send_idx").filter(|_| map_style);
+        let outstanding = keyed("_tasks_outstanding").map(|(slot, _)| slot);
+        if snapshot(&self.objs)? != (ident.clone(), tables) {
+            return None;
+        }
         self.slots = Some(Slots {
             ident,
             int_type,
             yielded,
-            sent,
+            sent: sent.map(|(slot, _)| slot),
+            keys: [yielded_key, sent.and_then(|(_, k)| k)],
             outstanding,
+            tables,
         });
+        let sent = sent.map(|(slot, _)| slot);
         let n = u64::try_from(self.objs.long(at).ok()?).ok()?;
         let sent = match sent {
             Some(s) => {
