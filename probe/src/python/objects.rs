@@ -511,6 +511,57 @@ impl Objects {
         Ok(at)
     }
 
+    /// [`Objects::attr_slot`] of each of `names`, the attribute table read
+    /// once and every key's first bytes in one call (a lookup one name at
+    /// a time reads each key before the one wanted: hundreds of reads for
+    /// an iterator's dozen attributes).
+    pub fn attr_slots(
+        &self,
+        obj: u64,
+        names: &[&str],
+    ) -> Result<Vec<Option<(u64, Option<u64>)>>, ObjError> {
+        let entries = self.attr_entries(obj)?;
+        let ascii = self.off.ascii_size as usize;
+        let len = ascii + names.iter().map(|n| n.len()).max().unwrap_or(0);
+        let mut bufs = vec![vec![0u8; len]; entries.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = entries
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(e, b)| (e.0, b.as_mut_slice()))
+            .collect();
+        if self.mem.read_many(&mut parts) != entries.len() {
+            // A short key near the end of its mapping: one at a time.
+            return names.iter().map(|n| self.attr_slot(obj, n)).collect();
+        }
+        let mut out = vec![None; names.len()];
+        for ((key, _, storage, slot), b) in entries.iter().zip(&bufs) {
+            let Some(i) = names.iter().position(|n| self.key_bytes_are(b, n)) else {
+                continue;
+            };
+            let keyed = (*storage == Storage::CombinedDict).then_some(*key);
+            out[i] = Some((*slot, keyed));
+        }
+        Ok(out)
+    }
+
+    /// Whether the bytes read at a key, from its header on, are the str
+    /// `name` (a compact ASCII string).
+    fn key_bytes_are(&self, b: &[u8], name: &str) -> bool {
+        let ascii = self.off.ascii_size as usize;
+        let Some(text) = b.get(ascii..ascii + name.len()) else {
+            return false;
+        };
+        if word_at(b, self.lay.ob_type as usize) != self.str_type
+            || word_at(b, 16) != name.len() as u64
+            || b.len() < 36
+        {
+            return false;
+        }
+        let state = u32::from_ne_bytes([b[32], b[33], b[34], b[35]]);
+        let (kind, compact, is_ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
+        kind == 1 && compact == 1 && is_ascii == 1 && text == name.as_bytes()
+    }
+
     /// Whether `key` is the str `name` (ASCII compact strings; others
     /// never equal a name looked up here).
     fn key_is(&self, key: u64, name: &str) -> Result<bool, ObjError> {
@@ -520,14 +571,7 @@ impl Objects {
             // The name's bytes may run past a short key's mapping.
             return Ok(read_string(&self.mem, &self.off, key).as_deref() == Some(name));
         }
-        if word_at(&b, self.lay.ob_type as usize) != self.str_type
-            || word_at(&b, 16) != name.len() as u64
-        {
-            return Ok(false);
-        }
-        let state = u32::from_ne_bytes([b[32], b[33], b[34], b[35]]);
-        let (kind, compact, is_ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
-        Ok(kind == 1 && compact == 1 && is_ascii == 1 && &b[ascii as usize..] == name.as_bytes())
+        Ok(self.key_bytes_are(&b, name))
     }
 
     /// The (key, value, storage) of each set attribute of `obj`.

@@ -171,8 +171,8 @@ impl Ident {
 }
 
 impl IterReader {
-    fn int(&self, path: &str) -> Option<i128> {
-        let at = self.objs.follow(self.iter, path).ok()?;
+    /// The int (or bool) at `at`.
+    fn int_of(&self, at: u64) -> Option<i128> {
         match self.objs.value(at).ok()? {
             PyValue::Int(v) => Some(v),
             PyValue::Bool(b) => Some(i128::from(b)),
@@ -180,8 +180,9 @@ impl IterReader {
         }
     }
 
-    fn flag(&self, path: &str) -> bool {
-        self.int(path).is_some_and(|v| v != 0)
+    /// The int (or bool) an attribute slot points to.
+    fn int_in(&self, slot: u64) -> Option<i128> {
+        self.int_of(self.objs.word(slot).ok()?)
     }
 
     /// Whether `iter` still holds a live iterator of the type first seen
@@ -281,13 +282,21 @@ impl IterReader {
             Some((ident, tables))
         };
         let (ident, tables) = snapshot(&self.objs)?;
-        let keyed = |name: &str| self.objs.attr_slot(self.iter, name).ok().flatten();
-        let (yielded, yielded_key) = keyed("_num_yielded")?;
+        let found = self
+            .objs
+            .attr_slots(
+                self.iter,
+                &["_num_yielded", "_send_idx", "_tasks_outstanding", "_dataset_kind"],
+            )
+            .ok()?;
+        let (yielded, yielded_key) = found[0]?;
         let at = self.objs.word(yielded).ok()?;
         let int_type = self.objs.type_of(at).ok()?.addr;
-        let map_style = self.int("_dataset_kind") == Some(0);
-        let sent = keyed("_send_idx").filter(|_| map_style);
-        let outstanding = keyed("_tasks_outstanding").map(|(slot, _)| slot);
+        let kind = found[3].and_then(|(slot, _)| self.int_in(slot));
+        // An iterable dataset's workers are sent requests that end in no
+        // batch: `_send_idx` counts batches only for a map-style one.
+        let sent = found[1].filter(|_| kind == Some(0));
+        let outstanding = found[2].map(|(slot, _)| slot);
         if snapshot(&self.objs)? != (ident.clone(), tables) {
             return None;
         }
@@ -320,20 +329,18 @@ impl IterReader {
 
     /// (worker id, pid) of each worker: its index in `_workers` is the
     /// id torch gives it (`get_worker_info().id`).
-    fn workers(&self) -> Vec<(u32, i32)> {
-        let Ok(list) = self.objs.follow(self.iter, "_workers") else {
-            return Vec::new();
-        };
-        let n = self.objs.items(list).map(|v| v.len()).unwrap_or(0);
-        (0..n)
-            .filter_map(|i| {
-                let pid = self.int(&format!("_workers[{i}]._popen.pid"))?;
+    fn workers(&self, list: u64) -> Vec<(u32, i32)> {
+        let items = self.objs.items(list).unwrap_or_default();
+        items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &w)| {
+                let pid = self.int_of(self.objs.follow(w, "_popen.pid").ok()?)?;
                 Some((u32::try_from(i).ok()?, i32::try_from(pid).ok()?))
             })
             .filter(|&(_, p)| p > 0)
             .collect()
-    }
-}
+    }}
 
 impl LoaderReader for IterReader {
     fn yielded(&mut self) -> Option<Count> {
@@ -426,26 +433,37 @@ impl LoaderReader for IterReader {
 }
 
 impl IterReader {
-    /// The settings and workers of the iterator, each looked up by name.
+    /// The settings and workers of the iterator, its attributes looked
+    /// up by name in one pass.
     fn read_state(&self) -> Option<LoaderState> {
-        let num_workers = self
-            .int("_num_workers")
-            .and_then(|v| u32::try_from(v).ok())?;
-        let to_u64 = |v: i128| u64::try_from(v).ok();
+        const NAMES: [&str; 6] = [
+            "_num_workers",
+            "_prefetch_factor",
+            "_pin_memory",
+            "_persistent_workers",
+            "_index_sampler",
+            "_workers",
+        ];
+        let found = self.objs.attr_slots(self.iter, &NAMES).ok()?;
+        let value = |i: usize| self.objs.word(found[i]?.0).ok();
+        let int = |i: usize| found[i].and_then(|(slot, _)| self.int_in(slot));
+        let flag = |i: usize| int(i).is_some_and(|v| v != 0);
+        let sampler = |attr: &str| {
+            let at = self.objs.follow(value(4)?, attr).ok()?;
+            self.int_of(at)
+        };
         Some(LoaderState {
             iter: self.iter,
             num_yielded: 0,
             sent: None,
-            num_workers,
-            prefetch_factor: self
-                .int("_prefetch_factor")
-                .and_then(|v| u32::try_from(v).ok()),
-            pin_memory: self.flag("_pin_memory"),
-            persistent_workers: self.flag("_persistent_workers"),
-            batch_size: self.int("_index_sampler.batch_size").and_then(to_u64),
-            drop_last: self.flag("_index_sampler.drop_last"),
+            num_workers: int(0).and_then(|v| u32::try_from(v).ok())?,
+            prefetch_factor: int(1).and_then(|v| u32::try_from(v).ok()),
+            pin_memory: flag(2),
+            persistent_workers: flag(3),
+            batch_size: sampler("batch_size").and_then(|v| u64::try_from(v).ok()),
+            drop_last: sampler("drop_last").is_some_and(|v| v != 0),
             tasks_outstanding: None,
-            workers: self.workers(),
+            workers: value(5).map(|l| self.workers(l)).unwrap_or_default(),
         })
     }
 }
