@@ -86,6 +86,10 @@ pub(super) fn user_addr(a: u64) -> bool {
 /// the address of the pointer to its value.
 type Entry = (u64, u64, Storage, u64);
 
+/// Where an attribute's value pointer is, with the key object when that is
+/// in the word before it (a combined table's entry).
+pub type Slot = (u64, Option<u64>);
+
 /// Where an attribute was found: an instance's own values (3.11+: before
 /// the object, 3.13: inline after it) or its `__dict__` with a split or
 /// combined key table.
@@ -519,7 +523,7 @@ impl Objects {
         &self,
         obj: u64,
         names: &[&str],
-    ) -> Result<Vec<Option<(u64, Option<u64>)>>, ObjError> {
+    ) -> Result<Vec<Option<Slot>>, ObjError> {
         let entries = self.attr_entries(obj)?;
         let ascii = self.off.ascii_size as usize;
         let len = ascii + names.iter().map(|n| n.len()).max().unwrap_or(0);
