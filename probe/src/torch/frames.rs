@@ -10,7 +10,7 @@
 //! `CODE_CACHE_TICKS` walks so a freed and reused address is named anew.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::mem::{word_at, Memory};
 use crate::python::{Offsets, PyProcess};
@@ -19,6 +19,8 @@ use crate::python::{Offsets, PyProcess};
 const MAX_FRAMES: usize = 256;
 /// Most threads of one process walked.
 const MAX_THREADS: usize = 512;
+/// Most name pairs kept by `SharedNames`.
+const MAX_SHARED_NAMES: usize = 1 << 16;
 /// Walks between two drops of the code cache.
 const CODE_CACHE_TICKS: u64 = 500;
 /// 3.12+: the eval loop's own entry frame, not a Python frame.
@@ -110,6 +112,8 @@ pub struct Frames {
     threads: Vec<u64>,
     /// Pages read at once, kept between walks.
     scratch: Vec<u8>,
+    /// Names shared with the other processes forked from the same parent.
+    shared_names: Option<SharedNames>,
     walks: u64,
     /// Frames whose code object could not be read.
     pub bad_frames: u64,
@@ -139,8 +143,18 @@ impl Frames {
             codes: HashMap::new(),
             threads: Vec::new(),
             scratch: Vec::new(),
+            shared_names: None,
             walks: 0,
             bad_frames: 0,
+        }
+    }
+
+    /// The stacks of a process forked from the parent whose other forked
+    /// processes name their code through `names`.
+    pub fn sharing(py: &PyProcess, names: SharedNames) -> Frames {
+        Frames {
+            shared_names: Some(names),
+            ..Frames::new(py)
         }
     }
 
@@ -362,18 +376,52 @@ impl Frames {
         n
     }
 
+    /// Reads a code object's type and its name and file pointers in one
+    /// call, then the two strings unless another process forked from the
+    /// same parent named the same pair already (`Frames::sharing`).
     fn read_name(&self, code: u64) -> Option<Named> {
         let o = &self.off;
-        if self.mem.u64(code.wrapping_add(8)).ok()? != self.code_type {
+        let (n_at, f_at) = (u64::from(o.co_name), u64::from(o.co_filename));
+        let mut b = vec![0u8; (n_at.max(f_at).max(8) + 8) as usize];
+        self.mem.read(code, &mut b).ok()?;
+        if word_at(&b, 8) != self.code_type {
             return None;
         }
+        let pair = (word_at(&b, n_at as usize), word_at(&b, f_at as usize));
+        if let Some(n) = self.shared_names.as_ref().and_then(|s| s.get(pair)) {
+            return Some(n);
+        }
         let names = crate::python::CodeNames::new(self.pid, *o, self.code_type);
-        let name = names.string(self.mem.u64(code.wrapping_add(u64::from(o.co_name))).ok()?)?;
-        let file = names.string(
-            self.mem
-                .u64(code.wrapping_add(u64::from(o.co_filename)))
-                .ok()?,
-        )?;
-        Some((name.into(), file.into()))
+        let named: Named = (names.string(pair.0)?.into(), names.string(pair.1)?.into());
+        if let Some(s) = &self.shared_names {
+            s.put(pair, named.clone());
+        }
+        Some(named)
+    }
+}
+
+/// Code names shared by the processes forked from one parent (the
+/// loader's workers), by the addresses of the name and file strings: a
+/// worker forked after another has its code objects and their strings
+/// where the other had them, and a new worker every epoch would otherwise
+/// read every frame's two strings again (most of a short epoch's ticks).
+#[derive(Clone, Default)]
+pub struct SharedNames(Arc<Mutex<HashMap<(u64, u64), Named>>>);
+
+impl SharedNames {
+    fn get(&self, pair: (u64, u64)) -> Option<Named> {
+        let m = self.0.lock().ok()?;
+        m.get(&pair).cloned()
+    }
+
+    fn put(&self, pair: (u64, u64), named: Named) {
+        if let Ok(mut m) = self.0.lock() {
+            // Bounded: a job that makes code objects without end must not
+            // grow the probe without end.
+            if m.len() >= MAX_SHARED_NAMES {
+                m.clear();
+            }
+            m.insert(pair, named);
+        }
     }
 }

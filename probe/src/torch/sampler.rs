@@ -20,7 +20,7 @@ use plumber_collector::stacks::Span;
 use tracing::debug;
 
 use super::count::{Count, EpochTotal};
-use super::frames::{Frames, Named, Stack};
+use super::frames::{Frames, Named, SharedNames, Stack};
 use super::spans::{Role, Seen, StageSpans};
 use super::stage::{classify, sharing_strategy, Stage};
 use crate::clock::now_ns;
@@ -157,6 +157,7 @@ impl StageSampler {
             training_name: format!("training loop (pid {})", py.pid).into(),
             parent: py.clone(),
             workers: HashMap::new(),
+            forked_names: SharedNames::default(),
             reader,
             loop_thread: None,
             recorder: Recorder::default(),
@@ -235,6 +236,8 @@ struct Run {
     /// layout, so attaching to one needs no symbol lookup.
     parent: PyProcess,
     workers: HashMap<i32, Worker>,
+    /// Code names of the workers forked from the training process.
+    forked_names: SharedNames,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
     recorder: Recorder,
@@ -330,12 +333,13 @@ impl Run {
             if self.workers.contains_key(&pid) {
                 continue;
             }
+            // A forked worker shares its code names with the others.
             let attached = match self.parent.forked(pid) {
-                Some(py) => Ok(py),
-                None => PyProcess::attach(pid),
+                Some(py) => Ok(Frames::sharing(&py, self.forked_names.clone())),
+                None => PyProcess::attach(pid).map(|py| Frames::new(&py)),
             };
             let frames = match attached {
-                Ok(py) => Some(Frames::new(&py)),
+                Ok(f) => Some(f),
                 Err(e) => {
                     debug!(pid, "worker's interpreter not readable: {e}");
                     if let Ok(mut o) = self.shared.lock() {
