@@ -272,9 +272,13 @@ impl Run {
         // The count at the last tick, to see how fast the loop goes.
         let mut at_tick: Option<Count> = None;
         let mut last_count: Option<Count> = None;
+        let mut jitter = Jitter::seeded(last_stacks);
         while !stop.load(Ordering::Relaxed) {
             let slow = if self.thin.stages_slowed() { 4 } else { 1 };
-            std::thread::sleep(self.period * slow / per_tick);
+            // Jittered (0.5 to 1.5 times the period, 1 on average): a loop
+            // whose own period divides the sampler's would otherwise be
+            // caught at the same point of it tick after tick.
+            std::thread::sleep((self.period * slow / per_tick).mul_f64(jitter.next()));
             let now = Instant::now();
             // A full read every STATE_EVERY, and soon after the iterator
             // was lost (an epoch ended: the next one's is to be found).
@@ -458,6 +462,25 @@ impl Run {
     }
 }
 
+/// Factors in [0.5, 1.5) for the sampler's sleeps (xorshift64: nothing
+/// here needs more than an even spread).
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded(seed: u64) -> Self {
+        Jitter(seed | 1)
+    }
+
+    fn next(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        0.5 + (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 /// Count reads for the next tick: one while the loop took at most one
 /// batch since the last tick (on the same iterator), else
 /// `COUNTS_PER_TICK`.
@@ -509,6 +532,15 @@ mod tests {
             yielded,
             sent: None,
         })
+    }
+
+    #[test]
+    fn jitter_spreads_around_one() {
+        let mut j = Jitter::seeded(12345);
+        let v: Vec<f64> = (0..10_000).map(|_| j.next()).collect();
+        assert!(v.iter().all(|&x| (0.5..1.5).contains(&x)));
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        assert!((mean - 1.0).abs() < 0.01, "mean {mean}");
     }
 
     #[test]
