@@ -519,11 +519,7 @@ impl Objects {
     /// once and every key's first bytes in one call (a lookup one name at
     /// a time reads each key before the one wanted: hundreds of reads for
     /// an iterator's dozen attributes).
-    pub fn attr_slots(
-        &self,
-        obj: u64,
-        names: &[&str],
-    ) -> Result<Vec<Option<Slot>>, ObjError> {
+    pub fn attr_slots(&self, obj: u64, names: &[&str]) -> Result<Vec<Option<Slot>>, ObjError> {
         let entries = self.attr_entries(obj)?;
         let ascii = self.off.ascii_size as usize;
         let len = ascii + names.iter().map(|n| n.len()).max().unwrap_or(0);

@@ -286,7 +286,12 @@ impl IterReader {
             .objs
             .attr_slots(
                 self.iter,
-                &["_num_yielded", "_send_idx", "_tasks_outstanding", "_dataset_kind"],
+                &[
+                    "_num_yielded",
+                    "_send_idx",
+                    "_tasks_outstanding",
+                    "_dataset_kind",
+                ],
             )
             .ok()?;
         let (yielded, yielded_key) = found[0]?;
@@ -340,7 +345,8 @@ impl IterReader {
             })
             .filter(|&(_, p)| p > 0)
             .collect()
-    }}
+    }
+}
 
 impl LoaderReader for IterReader {
     fn yielded(&mut self) -> Option<Count> {
