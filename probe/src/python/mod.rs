@@ -19,6 +19,7 @@ mod lines;
 mod object_layout;
 mod objects;
 mod offsets;
+mod slots;
 
 use std::ops::Range;
 

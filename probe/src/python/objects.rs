@@ -138,7 +138,7 @@ pub struct Objects {
     pub(super) lay: Layout,
     pub(super) off: Offsets,
     pub(super) py: PyProcess,
-    str_type: u64,
+    pub(super) str_type: u64,
 }
 
 impl Objects {
@@ -396,103 +396,6 @@ impl Objects {
         Ok(self.mem.u64(addr)?)
     }
 
-    /// Where the instance at `obj` keeps the value of its attribute `name`:
-    /// the address of the pointer to it, which a caller may read again
-    /// instead of looking the name up each time (valid while the instance
-    /// keeps its attributes where they are: until its dict is resized or
-    /// materialised, so it is to be looked up again now and then).
-    /// With it, the key object when the slot is in a combined table's
-    /// entry, where the key lies in the word before the
-    /// value: a later read of both says whether the slot still holds this
-    /// attribute (a table that grew leaves its old entries to be reused).
-    pub fn attr_slot(&self, obj: u64, name: &str) -> Result<Option<(u64, Option<u64>)>, ObjError> {
-        for (key, _, storage, slot) in self.attr_entries(obj)? {
-            if self.key_is(key, name)? {
-                let keyed = (storage == Storage::CombinedDict).then_some(key);
-                return Ok(Some((slot, keyed)));
-            }
-        }
-        Ok(None)
-    }
-
-    /// An int's value in one read, when `obj`'s type is `int_type` (an
-    /// address a [`Objects::long`] of an int gave through
-    /// [`Objects::type_of`]) and it has at most two digits; else as
-    /// [`Objects::long`].
-    pub fn long_of_type(&self, obj: u64, int_type: u64) -> Result<i128, ObjError> {
-        let l = &self.lay;
-        let mut b = vec![0u8; (l.long_digits + 8) as usize];
-        self.mem.read(obj, &mut b)?;
-        let tag = word_at(&b, l.long_tag as usize);
-        match digit_count(l.minor, tag) {
-            Some(n) if n <= 2 && word_at(&b, l.ob_type as usize) == int_type => {
-                let digits = &b[l.long_digits as usize..l.long_digits as usize + 4 * n];
-                long_value(l.minor, tag, digits).map_err(|e| match e {
-                    LongError::TooLarge => ObjError::TooLarge(obj),
-                    LongError::Layout(w) => self.layout_err(w),
-                })
-            }
-            _ => self.long(obj),
-        }
-    }
-
-    /// Where a dict keeps the pointers to its tables: `ma_keys`,
-    /// `ma_values`.
-    pub fn dict_table_addrs(&self, dict: u64) -> [u64; 2] {
-        [dict + self.lay.dict_keys, dict + self.lay.dict_values]
-    }
-
-    /// Reads each `(addr, buf)` in one call; how many of the leading ones
-    /// were read whole.
-    pub fn read_many(&self, parts: &mut [(u64, &mut [u8])]) -> usize {
-        self.mem.read_many(parts)
-    }
-
-    /// The values of the ints at `objs`, all read in one call, when each
-    /// is of type `int_type` with at most two digits; None otherwise.
-    pub fn longs_of_type(&self, objs: &[u64], int_type: u64) -> Option<Vec<i128>> {
-        let l = &self.lay;
-        let len = (l.long_digits + 8) as usize;
-        let mut bufs = vec![vec![0u8; len]; objs.len()];
-        let mut parts: Vec<(u64, &mut [u8])> = objs
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(&o, b)| (o, b.as_mut_slice()))
-            .collect();
-        if !objs.iter().all(|&o| user_addr(o)) || self.read_many(&mut parts) != objs.len() {
-            return None;
-        }
-        bufs.iter()
-            .map(|b| {
-                let tag = word_at(b, l.long_tag as usize);
-                match digit_count(l.minor, tag) {
-                    Some(n) if n <= 2 && word_at(b, l.ob_type as usize) == int_type => {
-                        let digits = &b[l.long_digits as usize..l.long_digits as usize + 4 * n];
-                        long_value(l.minor, tag, digits).ok()
-                    }
-                    _ => None,
-                }
-            })
-            .collect()
-    }
-
-    /// Every attribute of the instance at `obj` as (key object, value),
-    /// the keys not read: [`Objects::key_name`] names the ones wanted.
-    pub fn attr_values(&self, obj: u64) -> Result<Vec<(u64, u64)>, ObjError> {
-        Ok(self
-            .attr_entries(obj)?
-            .into_iter()
-            .map(|(key, value, _, _)| (key, value))
-            .collect())
-    }
-
-    /// An attribute's key as a string, if it is a `str`.
-    pub fn key_name(&self, key: u64) -> Option<String> {
-        (self.mem.u64(key + self.lay.ob_type).ok()? == self.str_type)
-            .then(|| read_string(&self.mem, &self.off, key))
-            .flatten()
-    }
-
     /// Follows `path` from `obj`: attribute names and `[i]` indices into
     /// lists and tuples (`_workers[0]._popen.pid`).
     pub fn follow(&self, obj: u64, path: &str) -> Result<u64, ObjError> {
@@ -515,67 +418,8 @@ impl Objects {
         Ok(at)
     }
 
-    /// [`Objects::attr_slot`] of each of `names`, the attribute table read
-    /// once and every key's first bytes in one call (a lookup one name at
-    /// a time reads each key before the one wanted: hundreds of reads for
-    /// an iterator's dozen attributes).
-    pub fn attr_slots(&self, obj: u64, names: &[&str]) -> Result<Vec<Option<Slot>>, ObjError> {
-        let entries = self.attr_entries(obj)?;
-        let ascii = self.off.ascii_size as usize;
-        let len = ascii + names.iter().map(|n| n.len()).max().unwrap_or(0);
-        let mut bufs = vec![vec![0u8; len]; entries.len()];
-        let mut parts: Vec<(u64, &mut [u8])> = entries
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(e, b)| (e.0, b.as_mut_slice()))
-            .collect();
-        if self.mem.read_many(&mut parts) != entries.len() {
-            // A short key near the end of its mapping: one at a time.
-            return names.iter().map(|n| self.attr_slot(obj, n)).collect();
-        }
-        let mut out = vec![None; names.len()];
-        for ((key, _, storage, slot), b) in entries.iter().zip(&bufs) {
-            let Some(i) = names.iter().position(|n| self.key_bytes_are(b, n)) else {
-                continue;
-            };
-            let keyed = (*storage == Storage::CombinedDict).then_some(*key);
-            out[i] = Some((*slot, keyed));
-        }
-        Ok(out)
-    }
-
-    /// Whether the bytes read at a key, from its header on, are the str
-    /// `name` (a compact ASCII string).
-    fn key_bytes_are(&self, b: &[u8], name: &str) -> bool {
-        let ascii = self.off.ascii_size as usize;
-        let Some(text) = b.get(ascii..ascii + name.len()) else {
-            return false;
-        };
-        if word_at(b, self.lay.ob_type as usize) != self.str_type
-            || word_at(b, 16) != name.len() as u64
-            || b.len() < 36
-        {
-            return false;
-        }
-        let state = u32::from_ne_bytes([b[32], b[33], b[34], b[35]]);
-        let (kind, compact, is_ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
-        kind == 1 && compact == 1 && is_ascii == 1 && text == name.as_bytes()
-    }
-
-    /// Whether `key` is the str `name` (ASCII compact strings; others
-    /// never equal a name looked up here).
-    fn key_is(&self, key: u64, name: &str) -> Result<bool, ObjError> {
-        let ascii = u64::from(self.off.ascii_size);
-        let mut b = vec![0u8; ascii as usize + name.len()];
-        if self.mem.read(key, &mut b).is_err() {
-            // The name's bytes may run past a short key's mapping.
-            return Ok(read_string(&self.mem, &self.off, key).as_deref() == Some(name));
-        }
-        Ok(self.key_bytes_are(&b, name))
-    }
-
     /// The (key, value, storage) of each set attribute of `obj`.
-    fn attr_entries(&self, obj: u64) -> Result<Vec<Entry>, ObjError> {
+    pub(super) fn attr_entries(&self, obj: u64) -> Result<Vec<Entry>, ObjError> {
         let t = self.type_of(obj)?;
         match self.attrs_of(obj, &t)? {
             Attrs::None => Ok(Vec::new()),
@@ -734,7 +578,7 @@ const MAX_DIGITS: usize = 5;
 
 /// The digit count an int's header gives: `ob_size`'s magnitude (3.9 to
 /// 3.11), `lv_tag >> 3` (3.12+).
-fn digit_count(minor: u32, tag: u64) -> Option<usize> {
+pub(super) fn digit_count(minor: u32, tag: u64) -> Option<usize> {
     let n = if minor <= 11 {
         (tag as i64).unsigned_abs()
     } else {
@@ -744,7 +588,7 @@ fn digit_count(minor: u32, tag: u64) -> Option<usize> {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum LongError {
+pub(super) enum LongError {
     TooLarge,
     Layout(String),
 }
@@ -753,7 +597,7 @@ enum LongError {
 /// significant first, as Include/cpython/longintrepr.h has them). 3.12+'s
 /// `lv_tag` keeps the sign in its low 2 bits (0 positive, 1 zero, 2
 /// negative) and the digit count above bit 3.
-fn long_value(minor: u32, tag: u64, digits: &[u8]) -> Result<i128, LongError> {
+pub(super) fn long_value(minor: u32, tag: u64, digits: &[u8]) -> Result<i128, LongError> {
     let (negative, n) = if minor <= 11 {
         ((tag as i64) < 0, (tag as i64).unsigned_abs() as usize)
     } else {
