@@ -48,6 +48,9 @@ use clap::{Args, Parser, Subcommand};
 use crate::record::{ModeChoice, RecordOpts};
 use crate::usage::Attribution;
 
+/// On-CPU stack samples per second when `--sample-hz` is not given.
+const DEFAULT_SAMPLE_HZ: u32 = 49;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "plumber-probe",
@@ -151,9 +154,11 @@ struct RecordArgs {
     io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread while on CPU, for
     /// the flamegraphs (cpu.folded, cpu.svg, profile.pb.gz); 0 disables
-    /// them. At 49 Hz a sample costs the target ~7 us (BENCHMARKS.md).
-    #[arg(long, default_value_t = 49)]
-    sample_hz: u32,
+    /// them. At 49 Hz, the default, a sample costs the target ~7 us
+    /// (BENCHMARKS.md). For a PyTorch DataLoader: the stage sampler's reads
+    /// of every stack per second (default 25, at most 100).
+    #[arg(long)]
+    sample_hz: Option<u32>,
     /// The most the recording may cost the target, in % of its CPU time
     /// (measured while recording); past it, attribution windows and stack
     /// sampling stop early, and the output says so. --precise and --mode
@@ -258,7 +263,8 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
             Attribution::Sampled
         },
         io_ringbuf_bytes: r.io_ringbuf_bytes,
-        sample_hz: r.sample_hz,
+        sample_hz: r.sample_hz.unwrap_or(DEFAULT_SAMPLE_HZ),
+        stage_hz: r.sample_hz.unwrap_or(0),
         tap: None,
         budget: r.max_overhead / 100.0,
     };
@@ -268,10 +274,9 @@ fn run_record(r: RecordArgs) -> anyhow::Result<ExitCode> {
             r.max_overhead
         )));
     }
-    if r.sample_hz > 1000 {
+    if let Some(hz) = r.sample_hz.filter(|&hz| hz > 1000) {
         return Err(errors::usage(format!(
-            "--sample-hz must be at most 1000, not {}",
-            r.sample_hz
+            "--sample-hz must be at most 1000, not {hz}"
         )));
     }
     if let Some(n) = r.io_ringbuf_bytes {

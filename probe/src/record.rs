@@ -52,6 +52,9 @@ pub struct RecordOpts {
     pub io_ringbuf_bytes: Option<u32>,
     /// Stack samples per second of each target thread on CPU; 0: none.
     pub sample_hz: u32,
+    /// The DataLoader stage sampler's ticks per second; 0: its default
+    /// (`sources::dataloader::SAMPLE_HZ`).
+    pub stage_hz: u32,
     /// A copy of every event goes here as it is recorded (`top`).
     pub tap: Option<Sender<Event>>,
     /// The share of the target's CPU the recording may cost (0.01 = 1%).
@@ -246,7 +249,7 @@ fn torch_opts(o: &RecordOpts) -> crate::record_torch::TorchOpts {
         },
         quiet: o.quiet,
         save_events: o.save_events.clone(),
-        sample_hz: o.sample_hz,
+        sample_hz: o.stage_hz,
         tap: o.tap.clone(),
         budget: o.budget,
     }

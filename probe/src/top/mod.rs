@@ -338,6 +338,7 @@ fn top_pid(a: &TopArgs, pid: i32, log: HeldLog) -> Result<ExitCode> {
         io_ringbuf_bytes: None,
         // Stacks only feed the flamegraph outputs.
         sample_hz: if a.output.is_some() { a.sample_hz } else { 0 },
+        stage_hz: 0,
         tap: Some(tap),
         budget: crate::cost::DEFAULT_BUDGET,
     };
