@@ -2,12 +2,15 @@
 //! the stage sampler: which functions, in which files, each thread of a
 //! training or worker process is running now. Reads are what this costs
 //! (each ~3-6 us of the probe's CPU, most of it the kernel pinning the
-//! target's pages), so a walk reads `BLOCK_PAGES` pages below the frame at
-//! once: on 3.11+ a thread's frames lie next to each other in its data
-//! stack, and a whole stack usually comes in one call (3.9 and 3.10 keep
-//! frames on the heap, where the block rarely helps). Code objects are
-//! named once and cached by address, the cache dropped every
-//! `CODE_CACHE_TICKS` walks so a freed and reused address is named anew.
+//! target's pages), so a tick reads every thread's state in one call, their
+//! frame pointers in one, and `BLOCK_PAGES` pages below each innermost
+//! frame in one: on 3.11+ a thread's frames lie next to each other in its
+//! data stack, and a whole stack usually comes in that call (3.9 and 3.10
+//! keep frames on the heap, where the block rarely helps). Code objects
+//! are named once and cached by address, the cache dropped every
+//! `CODE_CACHE_TICKS` walks so a freed and reused address is named anew;
+//! forked workers share names by their strings' addresses
+//! (`SharedNames`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -142,7 +142,7 @@ impl Ident {
     }
 
     /// Reads `[obj - 32, obj + 32)`; None unless the object is alive and
-    /// of type `ty` (`alive_with`).
+    /// of type `ty` (`Ident::of`).
     fn read(objs: &Objects, obj: u64, ty: u64, dict_word: Option<u64>) -> Option<Ident> {
         let b = objs.bytes(obj.checked_sub(32)?, 64).ok()?;
         Ident::of(&b, ty, dict_word)
@@ -199,11 +199,11 @@ impl IterReader {
     /// dict): the slow path then looks the names up again.
     fn counts_fast(&self) -> Option<(u64, Option<u64>)> {
         let sl = self.slots.as_ref()?;
-        // Two calls to the kernel: the header and both slots, then both
-        // ints (each call costs the probe a few microseconds, whatever it
-        // reads).
-        // Each slot is read with the word before it: the key of a combined
-        // table's entry, checked when the slot was found in one.
+        // Two calls to the kernel (each costs the probe a few microseconds,
+        // whatever it reads): the header, the dict's table pointers and
+        // both slots, then both ints. Each slot is read with the word
+        // before it: the key of a combined table's entry, checked when the
+        // slot was found in one.
         let mut head = [0u8; 64];
         let (mut y, mut s) = ([0u8; 16], [0u8; 16]);
         let (mut k, mut v) = ([0u8; 8], [0u8; 8]);
@@ -362,10 +362,8 @@ impl LoaderReader for IterReader {
     }
 
     fn state(&mut self) -> Option<LoaderState> {
-        // Each epoch without persistent workers has a new iterator: freed,
-        // the old one is gone at once; kept alive elsewhere, it is replaced
-        // at the next look.
-        // The one known is kept while it is alive and counts: the frames
+        // Each epoch without persistent workers has a new iterator. The one
+        // known is kept while it is alive and counts: the frames
         // are looked through (thousands of reads) when it is gone, or when
         // it stood still over a whole LOOK_EVERY: it may be an old epoch's,
         // kept alive beside the one the loop iterates now.

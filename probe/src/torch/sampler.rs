@@ -1,10 +1,11 @@
 //! The stage sampler: a thread of the probe that, `hz` times a second,
 //! reads the Python stack of every thread of the training process and of
 //! each DataLoader worker (`frames.rs`), says which stage each is in
-//! (`stage.rs`) and adds the time since its last tick to that stage. It
-//! also reads the loader's batch count `COUNTS_PER_TICK` times a tick, so
-//! an epoch's last count is seen at most a quarter tick before the count
-//! restarts (`count.rs`).
+//! (`stage.rs`) and adds the time since its last tick to that stage; its
+//! sleeps are jittered around the period. It also reads the loader's
+//! batch count, `COUNTS_PER_TICK` times a tick while the loop takes more
+//! than a batch a tick, so an epoch's last count is seen at most a
+//! quarter tick before the count restarts (`count.rs`).
 //! Wall time, not CPU time: a worker blocked reading a file is in GetItem,
 //! and the training loop blocked on the result queue is stalled.
 //! Each thread's tick also goes to its stage stack (stages.folded,
