@@ -111,9 +111,9 @@ impl Objects {
     /// As [`Objects::find_on_frames`], ending at the first object found
     /// that `enough` accepts (included), and every frame's own slots
     /// looked through before any attribute: a look for the one object a
-    /// loop runs on (`self` of the loader's `__next__`) then ends within a
-    /// few frames instead of reading every frame's locals' attributes
-    /// (thousands of reads).
+    /// loop runs on (`self` of the loader's `__next__`) then ends before
+    /// reading the attributes of every frame's locals (thousands of
+    /// reads; the frames' slots are still all read first).
     pub fn find_on_frames_until(
         &self,
         type_names: &[&str],
