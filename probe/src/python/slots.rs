@@ -37,16 +37,26 @@ impl Objects {
         let l = &self.lay;
         let mut b = vec![0u8; (l.long_digits + 8) as usize];
         self.mem.read(obj, &mut b)?;
-        let tag = word_at(&b, l.long_tag as usize);
+        match self.small_long(&b, int_type) {
+            Some(v) => v.map_err(|e| match e {
+                LongError::TooLarge => ObjError::TooLarge(obj),
+                LongError::Layout(w) => self.layout_err(w),
+            }),
+            None => self.long(obj),
+        }
+    }
+
+    /// The value of an int read whole into `b`, if it is of type
+    /// `int_type` with at most two digits; None otherwise.
+    fn small_long(&self, b: &[u8], int_type: u64) -> Option<Result<i128, LongError>> {
+        let l = &self.lay;
+        let tag = word_at(b, l.long_tag as usize);
         match digit_count(l.minor, tag) {
-            Some(n) if n <= 2 && word_at(&b, l.ob_type as usize) == int_type => {
-                let digits = &b[l.long_digits as usize..l.long_digits as usize + 4 * n];
-                long_value(l.minor, tag, digits).map_err(|e| match e {
-                    LongError::TooLarge => ObjError::TooLarge(obj),
-                    LongError::Layout(w) => self.layout_err(w),
-                })
+            Some(n) if n <= 2 && word_at(b, l.ob_type as usize) == int_type => {
+                let digits = b.get(l.long_digits as usize..l.long_digits as usize + 4 * n)?;
+                Some(long_value(l.minor, tag, digits))
             }
-            _ => self.long(obj),
+            _ => None,
         }
     }
 
@@ -77,16 +87,7 @@ impl Objects {
             return None;
         }
         bufs.iter()
-            .map(|b| {
-                let tag = word_at(b, l.long_tag as usize);
-                match digit_count(l.minor, tag) {
-                    Some(n) if n <= 2 && word_at(b, l.ob_type as usize) == int_type => {
-                        let digits = &b[l.long_digits as usize..l.long_digits as usize + 4 * n];
-                        long_value(l.minor, tag, digits).ok()
-                    }
-                    _ => None,
-                }
-            })
+            .map(|b| self.small_long(b, int_type)?.ok())
             .collect()
     }
 
