@@ -13,6 +13,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 log() { printf '[setup] %s\n' "$*"; }
+# shellcheck source=scripts/disk.sh
+. "$ROOT/scripts/disk.sh"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -84,8 +86,9 @@ elif ! TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c 'import tensorflow' >/dev/nu
 fi
 
 if [ "$need_install" -eq 1 ]; then
+    need_disk "$ROOT" 4 "installing tensorflow-cpu"
     log "venv: pip install -r tests/requirements.txt"
-    "$VENV/bin/python" -m pip install --disable-pip-version-check -r "$REQ"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir -r "$REQ"
     log "venv: checking 'import tensorflow'"
     if ! tfout="$(TF_CPP_MIN_LOG_LEVEL=3 "$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>&1)"; then
         printf '%s\n' "$tfout" >&2

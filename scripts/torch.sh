@@ -8,6 +8,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 log() { printf '[torch] %s\n' "$*"; }
+# shellcheck source=scripts/disk.sh
+. "$ROOT/scripts/disk.sh"
 
 PYTHON="${PYTHON:-python3}"
 REQ="$ROOT/tests/requirements-torch.txt"
@@ -24,7 +26,11 @@ if [ "$want" = "$have" ] && "$VENV/bin/python" -c 'import torch, torchvision' >/
     log "venv: up to date (stamp ${want:0:12}), torch imports"
     exit 0
 fi
+# The wheels (~3 GB) sit in a temporary folder beside the installed ~5.5 GB
+# until pip is done; --no-cache-dir keeps them from staying on in ~/.cache.
+need_disk "$ROOT" 10 "installing torch and torchvision"
+need_disk "${TMPDIR:-/tmp}" 4 "downloading the torch wheels"
 log "venv: pip install -r tests/requirements-torch.txt"
-"$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
+"$VENV/bin/python" -m pip install --disable-pip-version-check --no-cache-dir -q -r "$REQ"
 "$VENV/bin/python" -c 'import torch, torchvision; print("[torch] torch", torch.__version__, "torchvision", torchvision.__version__)'
 printf '%s\n' "$want" > "$STAMP"
