@@ -18,4 +18,5 @@ mod shim;
 mod stacks;
 mod top;
 mod torch;
+mod torch_io;
 mod usage;
