@@ -69,7 +69,8 @@ pub(crate) fn workers_why(
     };
     let one = m.pool.and_then(|p| per_worker(m, p));
     let step = if now == 0 {
-        m.pool
+        let step = m
+            .pool
             .and_then(|p| loop_step(m, p))
             .map_or(String::new(), |s| {
                 format!(
@@ -77,7 +78,8 @@ pub(crate) fn workers_why(
                     fmt::num(s),
                     fmt::rate(Some(1.0 / s))
                 )
-            })
+            });
+        format!("{step}; {FROM_NO_WORKERS}")
     } else {
         String::new()
     };
@@ -89,6 +91,13 @@ pub(crate) fn workers_why(
         fmt::rate(rate_opt(lp_rate)),
     )
 }
+
+/// What a prediction from no workers cannot hold. On the pure-Python
+/// transform (bench/validate.py torch_gil) two workers each spent 7% of
+/// their time handing batches to the queue and 10% waiting for the next
+/// indices while the loop received, and the loop 1.5 CPU-ms per batch
+/// receiving: 1.6-1.8x the rate without workers where 2.0x was predicted.
+const FROM_NO_WORKERS: &str = "from no workers this leaves out what workers add per batch (pickling it into the queue, the loop receiving each tensor), which shows only once they run: an upper bound; record again with workers for a measured one";
 
 /// Without workers: the training loop's time per batch outside the
 /// loader's stages (its step), seconds; None when the stages fill the
