@@ -70,7 +70,8 @@ pub struct MachineFigures {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CpuContext {
     /// The file has these figures (a plumber-probe recording with thread
-    /// data); false: every figure below is 0 as unknown.
+    /// data); false: every figure below but `machine_busy_ns` and
+    /// `quota_cores` is 0 as unknown.
     pub measured: bool,
     /// The target's CPU spent outside the pipeline: the training step,
     /// Python, the consumer of the pipeline.
@@ -268,7 +269,10 @@ impl PipelineInput {
             .probe_cpu
             .as_ref()
             .map_or_else(CpuContext::default, |c| CpuContext {
-                measured: true,
+                // A recording without per-thread rows still has the
+                // machine's busy CPU and the quota, and nothing else
+                // (no process figure).
+                measured: c.process_ns > 0 || !c.threads.is_empty(),
                 non_pipeline_ns: nonneg(c.non_pipeline_ns),
                 unattributed_ns: nonneg(c.unattributed_ns),
                 non_pipeline_gil_wait_ns: c

@@ -283,15 +283,15 @@ fn core_budget(input: &PipelineInput, cores: f64, overridden: bool) -> CoreBudge
     if t.is_nan() || t <= 0.0 {
         return b;
     }
-    if !c.measured {
-        return loop_budget(input, b, t);
-    }
-    b.measured = true;
     b.quota = (c.quota_cores > 0.0 && c.quota_cores < cores).then_some(c.quota_cores);
     if c.machine_busy_ns > 0 && input.process_cpu_ns > 0 {
         let other = c.machine_busy_ns.saturating_sub(input.process_cpu_ns) as f64 / 1e9 / t;
         b.other_processes = finite_pos(other).or(Some(0.0));
     }
+    if !c.measured {
+        return loop_budget(input, b, t);
+    }
+    b.measured = true;
     b.outside_pipeline = c.non_pipeline_ns as f64 / 1e9 / t;
     b.unattributed = c.unattributed_ns as f64 / 1e9 / t;
     let root = input

@@ -158,6 +158,16 @@ fn file_sizes(files: &[FileTotals]) -> Vec<FileSize> {
 
 /// Fills the snapshot-level CPU, thread, file and lock-site fields.
 pub(crate) fn fill_snapshot(s: &mut PipelineSnapshot, w: &WindowResult) {
+    let machine_busy_ns = match (w.start.machine_busy_ns, w.end.machine_busy_ns) {
+        (Some(a), Some(b)) => sat_i64(b.saturating_sub(a)),
+        _ => 0,
+    };
+    let cpu_quota_cores = w
+        .target
+        .as_ref()
+        .and_then(|t| t.cpu_quota_cores)
+        .filter(|q| q.is_finite() && *q > 0.0)
+        .unwrap_or(0.0);
     if w.has_thread_data() {
         let c = &w.cpu;
         s.probe_cpu = Some(ProbeCpu {
@@ -170,16 +180,18 @@ pub(crate) fn fill_snapshot(s: &mut PipelineSnapshot, w: &WindowResult) {
             threads: w.threads.iter().map(probe_thread).collect(),
             unattributed_waits: Some(probe_waits(&w.unattributed_waits)),
             non_pipeline_waits: Some(probe_waits(&w.non_pipeline_waits)),
-            machine_busy_ns: match (w.start.machine_busy_ns, w.end.machine_busy_ns) {
-                (Some(a), Some(b)) => sat_i64(b.saturating_sub(a)),
-                _ => 0,
-            },
-            cpu_quota_cores: w
-                .target
-                .as_ref()
-                .and_then(|t| t.cpu_quota_cores)
-                .filter(|q| q.is_finite() && *q > 0.0)
-                .unwrap_or(0.0),
+            machine_busy_ns,
+            cpu_quota_cores,
+        });
+    } else if machine_busy_ns > 0 || cpu_quota_cores > 0.0 {
+        // No per-thread rows (a DataLoader recording, or BPF not loaded):
+        // what the rest of the machine took and the quota are still known,
+        // and the analyzer's core budget takes them off. No threads in it
+        // tells the analyzer the rest is not measured.
+        s.probe_cpu = Some(ProbeCpu {
+            machine_busy_ns,
+            cpu_quota_cores,
+            ..Default::default()
         });
     }
     s.probe_files = w.files.iter().map(probe_file).collect();
