@@ -116,6 +116,28 @@ fn the_cgroup_quota_caps_the_cores() {
 }
 
 #[test]
+fn the_machines_busy_cpu_alone_takes_other_processes_off() {
+    // A recording without per-thread rows (a DataLoader one): the machine's
+    // busy CPU, 13 s over the window, and the process's own 10 s (its
+    // snapshot_info times), and nothing else: 0.3 core to other processes.
+    let mut s = pipeline(10.0).snapshot();
+    if let Some(info) = s.snapshot_info.as_mut() {
+        info.process_start_time = 0;
+        info.process_current_time = 10_100_000_000;
+    }
+    s.probe_cpu = Some(ProbeCpu {
+        machine_busy_ns: 13_100_000_000,
+        ..Default::default()
+    });
+    let r = report(&s);
+    let b = &r.machine.budget;
+    assert!(close(b.other_processes_cores.unwrap_or(-1.0), 0.3), "{b:?}");
+    assert!(close(r.machine.cores, 1.7));
+    // The rest is not measured: nothing outside the pipeline is charged.
+    assert_eq!(b.outside_pipeline_cores, 0.0);
+}
+
+#[test]
 fn a_pipeline_faster_than_its_consumer_gets_no_threads() {
     // The map needs 2 s of CPU for the 100 batches: 50/s on its one thread,
     // yet 10/s were delivered; the consumer took 8 s of CPU.

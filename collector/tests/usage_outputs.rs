@@ -156,6 +156,27 @@ fn usage_fields_survive_the_file() {
 }
 
 #[test]
+fn no_thread_data_still_carries_the_machines_busy_cpu() {
+    use plumber_collector::event::Event;
+    let events: Vec<Event> = chain_events()
+        .into_iter()
+        .map(|e| match e {
+            Event::Poll(mut p) => {
+                p.machine_busy_ns = Some(p.mono_ns);
+                Event::Poll(p)
+            }
+            e => e,
+        })
+        .collect();
+    let s = collect(events).unwrap().snapshot;
+    let cpu = s.probe_cpu.as_ref().expect("probe_cpu");
+    assert!(cpu.machine_busy_ns > 0);
+    // Nothing per thread or per process: the analyzer reads that as not
+    // measured.
+    assert!(cpu.threads.is_empty() && cpu.process_ns == 0 && cpu.non_pipeline_ns == 0);
+}
+
+#[test]
 fn no_thread_data_leaves_the_fields_unset() {
     for events in [chain_events(), flatmap_events()] {
         let s = collect(events).unwrap().snapshot;
