@@ -204,8 +204,8 @@ fn agrees_with_loop(
             folded
                 .lines()
                 .any(|l| l.starts_with(&format!("[get item];{process}"))
-                    && l.contains(";__getitem__ (torch_image.py)")),
-            "{who}: no [get item] stack with the dataset's __getitem__ in stages.folded"
+                    && l.contains(";Images.__getitem__ (torch_image.py)")),
+            "{who}: no [get item] stack with the dataset's Images.__getitem__ (its qualified name, Python 3.11) in stages.folded"
         );
         assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
         check_trace(dir, &who, ready_pid(&lines), &announced, &d);
@@ -388,7 +388,7 @@ fn check_profile(dir: &Path, who: &str, folded: &str, with_workers: bool) {
             .unwrap_or_default();
         frames.first() == Some(&"[get item]")
             && frames.get(1).is_some_and(|p| p.starts_with(process))
-            && frames.contains(&"__getitem__ (torch_image.py)")
+            && frames.contains(&"Images.__getitem__ (torch_image.py)")
             && st["labels"]["stage"] == "get_item"
             && st["labels"]["process"].as_str() == frames.get(1).copied()
     });

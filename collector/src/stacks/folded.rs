@@ -313,6 +313,8 @@ mod tests {
             "_find_and_load (<frozen importlib._bootstrap>:1178)",
             "<module> (train.py:1)",
             "f (a.py)",
+            "RandomResizedCrop.forward (torchvision/transforms/transforms.py)",
+            "build.<locals>.<lambda> (train.py:7)",
         ] {
             assert!(is_python_frame(yes), "{yes}");
         }

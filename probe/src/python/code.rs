@@ -23,6 +23,8 @@ const MAX_TABLE: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Ident {
     name: u64,
+    /// `co_qualname` (0: the version has none).
+    qualname: u64,
     file: u64,
     table: u64,
     firstlineno: i32,
@@ -117,8 +119,10 @@ impl CodeNames {
     /// The header of the code object at `code`, if it is one.
     fn ident(&self, code: u64) -> Option<Ident> {
         let o = &self.off;
+        let qualname = (o.co_qualname != NONE).then_some(o.co_qualname);
         let end = [o.co_name, o.co_filename, o.co_linetable, o.co_firstlineno]
             .into_iter()
+            .chain(qualname)
             .max()
             .unwrap_or(0) as usize
             + 8;
@@ -129,6 +133,7 @@ impl CodeNames {
         }
         Some(Ident {
             name: word_at(&b, o.co_name as usize),
+            qualname: qualname.map_or(0, |q| word_at(&b, q as usize)),
             file: word_at(&b, o.co_filename as usize),
             table: word_at(&b, o.co_linetable as usize),
             firstlineno: word_at(&b, o.co_firstlineno as usize) as u32 as i32,
@@ -142,9 +147,12 @@ impl CodeNames {
         if !plausible_name(&name) {
             return None;
         }
+        let qualname = (ident.qualname != 0)
+            .then(|| self.string(ident.qualname))
+            .flatten();
         Some(Code {
             ident,
-            name,
+            name: qualified(name, qualname),
             file: short_file(&file),
             table: self.bytes(ident.table).unwrap_or_default(),
             frames: HashMap::new(),
@@ -224,6 +232,17 @@ fn byte_offset(off: &Offsets, code: u64, instr: u64) -> i64 {
     }
 }
 
+/// The name a frame is shown by: the qualified name (3.11+:
+/// `RandomResizedCrop.forward`, `outer.<locals>.inner`) when it ends in the
+/// code object's own name, as every one CPython makes does (a string read
+/// through wrong offsets, or torn, does not); else the name.
+pub fn qualified(name: String, qualname: Option<String>) -> String {
+    match qualname {
+        Some(q) if q.rsplit('.').next() == Some(name.as_str()) => q,
+        _ => name,
+    }
+}
+
 /// Code names are identifiers or `<module>`, `<lambda>`, `<listcomp>`...;
 /// anything else means the offsets were wrong.
 pub fn plausible_name(s: &str) -> bool {
@@ -253,6 +272,25 @@ pub fn short_file(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_qualified_name_is_shown_only_where_it_ends_in_the_name() {
+        let q = |n: &str, q: Option<&str>| qualified(n.into(), q.map(str::to_string));
+        assert_eq!(
+            q("forward", Some("RandomResizedCrop.forward")),
+            "RandomResizedCrop.forward"
+        );
+        assert_eq!(
+            q("<lambda>", Some("build.<locals>.<lambda>")),
+            "build.<locals>.<lambda>"
+        );
+        assert_eq!(q("main", Some("main")), "main");
+        // 3.9 and 3.10 have none; a string read through wrong offsets, or
+        // a torn one, does not end in the name.
+        assert_eq!(q("forward", None), "forward");
+        assert_eq!(q("forward", Some("torchvision/transforms.py")), "forward");
+        assert_eq!(q("forward", Some("Normalize.forwar")), "forward");
+    }
 
     #[test]
     fn file_names_shortened() {

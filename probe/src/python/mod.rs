@@ -23,7 +23,7 @@ mod slots;
 
 use std::ops::Range;
 
-pub use code::{short_file, CodeNames};
+pub use code::{qualified, short_file, CodeNames};
 pub use frame_refs::Found;
 pub use objects::{ObjError, Objects, PyValue, Storage};
 pub use offsets::Offsets;
@@ -318,5 +318,8 @@ impl PyProcess {
 pub fn skewed(mut o: Offsets) -> Offsets {
     o.f_code += 8;
     o.co_name += 8;
+    if o.co_qualname != offsets::NONE {
+        o.co_qualname += 8;
+    }
     o
 }

@@ -22,7 +22,7 @@ use crate::python::{Offsets, PyProcess};
 const MAX_FRAMES: usize = 256;
 /// Most threads of one process walked.
 const MAX_THREADS: usize = 512;
-/// Most name pairs kept by `SharedNames`.
+/// Most code names kept by `SharedNames`.
 const MAX_SHARED_NAMES: usize = 1 << 16;
 /// Walks between two drops of the code cache.
 const CODE_CACHE_TICKS: u64 = 500;
@@ -93,7 +93,10 @@ impl Block {
     }
 }
 
-/// A frame's function and file.
+/// A frame's function and file. The function is its qualified name where
+/// the interpreter has one (3.11+: `RandomResizedCrop.forward`, which
+/// names a torchvision transform where `forward` names them all); its
+/// last dotted part is the code object's own name (`Frame::name`).
 pub type Named = (Arc<str>, Arc<str>);
 
 /// A frame as the outputs name it: `function (file.py)`.
@@ -384,25 +387,35 @@ impl Frames {
         n
     }
 
-    /// Reads a code object's type and its name and file pointers in one
-    /// call, then the two strings unless another process forked from the
-    /// same parent named the same pair already (`Frames::sharing`).
+    /// Reads a code object's type and its name, qualified name and file
+    /// pointers in one call, then the strings unless another process
+    /// forked from the same parent named the same code already
+    /// (`Frames::sharing`).
     fn read_name(&self, code: u64) -> Option<Named> {
         let o = &self.off;
+        let q_at = (o.co_qualname != crate::python::NONE).then_some(u64::from(o.co_qualname));
         let (n_at, f_at) = (u64::from(o.co_name), u64::from(o.co_filename));
-        let mut b = vec![0u8; (n_at.max(f_at).max(8) + 8) as usize];
+        let end = n_at.max(f_at).max(q_at.unwrap_or(0)).max(8) + 8;
+        let mut b = vec![0u8; end as usize];
         self.mem.read(code, &mut b).ok()?;
         if word_at(&b, 8) != self.code_type {
             return None;
         }
-        let pair = (word_at(&b, n_at as usize), word_at(&b, f_at as usize));
-        if let Some(n) = self.shared_names.as_ref().and_then(|s| s.get(pair)) {
+        let key = (
+            word_at(&b, n_at as usize),
+            word_at(&b, f_at as usize),
+            q_at.map_or(0, |q| word_at(&b, q as usize)),
+        );
+        if let Some(n) = self.shared_names.as_ref().and_then(|s| s.get(key)) {
             return Some(n);
         }
         let names = crate::python::CodeNames::new(self.pid, *o, self.code_type);
-        let named: Named = (names.string(pair.0)?.into(), names.string(pair.1)?.into());
+        let name = names.string(key.0)?;
+        let shown =
+            crate::python::qualified(name, (key.2 != 0).then(|| names.string(key.2)).flatten());
+        let named: Named = (shown.into(), names.string(key.1)?.into());
         if let Some(s) = &self.shared_names {
-            s.put(pair, named.clone());
+            s.put(key, named.clone());
         }
         Some(named)
     }
@@ -414,22 +427,26 @@ impl Frames {
 /// where the other had them, and a new worker every epoch would otherwise
 /// read every frame's two strings again (most of a short epoch's ticks).
 #[derive(Clone, Default)]
-pub struct SharedNames(Arc<Mutex<HashMap<(u64, u64), Named>>>);
+pub struct SharedNames(Arc<Mutex<HashMap<NameKey, Named>>>);
+
+/// A code object's name, file and qualified name string addresses (0:
+/// no qualified name).
+type NameKey = (u64, u64, u64);
 
 impl SharedNames {
-    fn get(&self, pair: (u64, u64)) -> Option<Named> {
+    fn get(&self, key: NameKey) -> Option<Named> {
         let m = self.0.lock().ok()?;
-        m.get(&pair).cloned()
+        m.get(&key).cloned()
     }
 
-    fn put(&self, pair: (u64, u64), named: Named) {
+    fn put(&self, key: NameKey, named: Named) {
         if let Ok(mut m) = self.0.lock() {
             // Bounded: a job that makes code objects without end must not
             // grow the probe without end.
             if m.len() >= MAX_SHARED_NAMES {
                 m.clear();
             }
-            m.insert(pair, named);
+            m.insert(key, named);
         }
     }
 }

@@ -23,6 +23,7 @@ use tracing::debug;
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, Named, SharedNames, Stack};
 use super::spans::{Role, Seen, StageSpans};
+use super::stage::Frame;
 use super::stage::{classify, sharing_strategy, Stage};
 use crate::clock::now_ns;
 use crate::cost::Thin;
@@ -505,7 +506,9 @@ fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a St
 }
 
 fn is_pin_thread(s: &Stack) -> bool {
-    s.frames.iter().any(|f| f.0.as_ref() == "_pin_memory_loop")
+    s.frames
+        .iter()
+        .any(|f| Frame::name(f) == "_pin_memory_loop")
 }
 
 /// A worker's stages this tick, with whether the thread is the worker's
@@ -515,7 +518,7 @@ fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, bool, &Stack)> {
     let mut out = Vec::with_capacity(2);
     for s in stacks.iter().filter(|s| s.complete) {
         let st = classify(&s.frames);
-        let in_loop = s.frames.iter().any(|f| f.0.as_ref() == "_worker_loop");
+        let in_loop = s.frames.iter().any(|f| Frame::name(f) == "_worker_loop");
         if in_loop || st == Stage::Send {
             out.push((st, in_loop, s));
         }

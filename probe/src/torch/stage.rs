@@ -52,8 +52,10 @@ impl Frame for (String, String) {
 }
 
 impl Frame for (std::sync::Arc<str>, std::sync::Arc<str>) {
+    /// The code object's own name: the last part of a qualified one
+    /// (`frames::Named`).
     fn name(&self) -> &str {
-        &self.0
+        self.0.rsplit('.').next().unwrap_or(&self.0)
     }
     fn file(&self) -> &str {
         &self.1
@@ -231,6 +233,31 @@ mod tests {
             .iter()
             .map(|(n, f)| (n.to_string(), f.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn qualified_names_classify_by_their_last_part() {
+        // What the sampler's frames carry on 3.11+: qualified names.
+        let a = |n: &str, f: &str| -> (std::sync::Arc<str>, std::sync::Arc<str>) {
+            (n.into(), f.into())
+        };
+        let v = vec![
+            a("_MultiProcessingDataLoaderIter._next_data", DL),
+            a("_worker_loop", WORKER),
+            a("_MapDatasetFetcher.fetch", FETCH),
+            a("ImageFolder.__getitem__", "/d/folder.py"),
+        ];
+        assert_eq!(Frame::name(&v[0]), "_next_data");
+        assert_eq!(Frame::name(&v[3]), "__getitem__");
+        assert_eq!(
+            classify(&v),
+            classify(&st_frames(&[
+                ("_next_data", DL),
+                ("_worker_loop", WORKER),
+                ("fetch", FETCH),
+                ("__getitem__", "/d/folder.py"),
+            ]))
+        );
     }
 
     const DL: &str = "/v/lib/python3.11/site-packages/torch/utils/data/dataloader.py";
