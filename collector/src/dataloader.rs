@@ -136,6 +136,11 @@ pub struct DataLoaderSummary {
     /// File reads over the window; absent when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<LoaderIo>,
+    /// The Python functions that take each stage's time, from the stage
+    /// sampler's stacks (`stage_functions`); empty when the recording
+    /// kept none (a replayed event file).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub functions: BTreeMap<String, Vec<crate::stage_functions::FunctionShare>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -420,6 +425,7 @@ pub fn summarise(
         sampler_ticks: last.ticks.saturating_sub(first.ticks),
         sharing_strategy: last.sharing_strategy.clone(),
         io,
+        functions: BTreeMap::new(),
     })
 }
 
@@ -475,7 +481,25 @@ impl DataLoaderSummary {
             ));
         }
         v.push(self.io_line());
+        v.extend(self.functions_line());
         v
+    }
+
+    /// The get-item stage's Python functions by own time: the user's
+    /// transforms and what they call.
+    fn functions_line(&self) -> Option<String> {
+        let f = self.functions.get("get_item")?;
+        let top: Vec<String> = f
+            .iter()
+            .take(4)
+            .map(|x| format!("{} {:.0}%", x.function, 100.0 * x.own))
+            .collect();
+        (!top.is_empty()).then(|| {
+            format!(
+                "  get item's time, by Python function (own): {}",
+                top.join(", ")
+            )
+        })
     }
 
     /// Where the training loop's time went, with workers: waiting for a

@@ -25,6 +25,7 @@ pub mod report;
 pub mod snapshot;
 mod split;
 pub mod stacks;
+pub mod stage_functions;
 pub mod statsfile;
 pub mod table;
 mod threads;

@@ -256,7 +256,10 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
         rec.reason.clone(),
     );
     let stacks = rec.stacks;
-    let collected = rec.sink.finish()?;
+    let mut collected = rec.sink.finish()?;
+    if let (Some(d), Some(st)) = (collected.window.dataloader.as_mut(), &rec.stages) {
+        d.functions = plumber_collector::stage_functions::by_stage(&st.stacks);
+    }
     let mut files = Outputs::new(out);
     let analysis = write_collected_to(&mut files, &collected)?;
     let mut flamegraphs = match &stacks {
