@@ -425,6 +425,23 @@ fn dataloader_image_folder_with_one_and_four_workers() {
         // and transforms), seen in their own Python frames.
         let get_item = d["workers_stages"]["get_item"].as_f64().unwrap_or(0.0);
         assert!(get_item > 0.3, "workers' time in get_item: {d}");
+        // The functions that take it: the image decode and torchvision's
+        // transforms, by own time, their shares within the stage's.
+        let f = d["functions"]["get_item"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            f.iter().any(|x| x["function"]
+                .as_str()
+                .is_some_and(|n| n.contains("(PIL/") || n.contains("(torchvision/"))),
+            "no PIL or torchvision function in get_item's: {f:?}"
+        );
+        let own: f64 = f.iter().filter_map(|x| x["own"].as_f64()).sum();
+        assert!(
+            own > 0.0 && own <= 1.0 + 1e-9,
+            "get_item's own shares sum to {own}"
+        );
     }
 }
 
