@@ -314,8 +314,9 @@ fn python_frames_on_the_py_function_workload() {
     let body = function_lines("py_function.py", "py_loop");
     let udf = |s: &str| {
         s.split(';').any(|f| {
+            // `build.<locals>.py_loop` on 3.11+.
             py_frame(f).is_some_and(|(func, file, line)| {
-                func == "py_loop"
+                own_name(&func) == "py_loop"
                     && file == "py_function.py"
                     && line.is_some_and(|l| body.contains(&l))
             })
