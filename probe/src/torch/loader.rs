@@ -300,7 +300,9 @@ impl IterReader {
         let kind = found[3].and_then(|(slot, _)| self.int_in(slot));
         // An iterable dataset's workers are sent requests that end in no
         // batch: `_send_idx` counts batches only for a map-style one.
-        let sent = found[1].filter(|_| kind == Some(0));
+        let (sent, sent_key) = found[1]
+            .filter(|_| kind == Some(0))
+            .map_or((None, None), |(slot, key)| (Some(slot), key));
         let outstanding = found[2].map(|(slot, _)| slot);
         if snapshot(&self.objs)? != (ident.clone(), tables) {
             return None;
@@ -309,12 +311,11 @@ impl IterReader {
             ident,
             int_type,
             yielded,
-            sent: sent.map(|(slot, _)| slot),
-            keys: [yielded_key, sent.and_then(|(_, k)| k)],
+            sent,
+            keys: [yielded_key, sent_key],
             outstanding,
             tables,
         });
-        let sent = sent.map(|(slot, _)| slot);
         let n = u64::try_from(self.objs.long(at).ok()?).ok()?;
         let sent = match sent {
             Some(s) => {
