@@ -2,8 +2,6 @@
 //! only in the target's mount namespace, and the probe in its own PID
 //! namespace.
 
-use std::process::Command;
-
 use crate::harness::*;
 
 /// The target runs from a bind mount that only its mount namespace has:
@@ -48,20 +46,7 @@ fn probe_in_its_own_pid_namespace() {
         out = out.display(),
         probe = probe_bin().display(),
     );
-    let o = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
-        .env(
-            "PLUMBER_PROBE_CACHE",
-            std::env::temp_dir().join("plumber-e2e-cache"),
-        )
-        .output()
-        .expect("unshare");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stdout = run_in_pid_namespace(&script);
     // Inside the namespace the workload is a low PID, not its global one.
     let ns_pid: i32 = stdout
         .lines()

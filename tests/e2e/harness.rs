@@ -319,6 +319,28 @@ pub fn probe_command() -> Command {
     c
 }
 
+/// Runs the shell `script` as the first process of a new PID namespace
+/// (`unshare --pid --fork --mount-proc`, as a container running the job
+/// and the probe would), with the probe's cache as `probe_command` sets
+/// it; asserts it succeeded and returns its stdout.
+pub fn run_in_pid_namespace(script: &str) -> String {
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", script])
+        .env(
+            "PLUMBER_PROBE_CACHE",
+            std::env::temp_dir().join("plumber-e2e-cache"),
+        )
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
 pub fn run_probe(args: &[&str]) -> Output {
     probe_command()
         .args(args)

@@ -208,16 +208,7 @@ fn dataloader_file_reads_with_the_probe_in_its_own_pid_namespace() {
         out = out.display(),
         probe = crate::harness::probe_bin().display(),
     );
-    let o = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
-        .output()
-        .expect("unshare");
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    crate::harness::run_in_pid_namespace(&script);
     let d: Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("dataloader.json")).expect("dataloader.json"),
     )
