@@ -233,9 +233,13 @@ struct pp_span {
 /* procio.bpf.c: the file reads of a process tree (a PyTorch job's
  * training process and every process it starts). One followed process
  * (the procs map's value; key: its tgid in plumber-probe's PID namespace),
- * cumulative since it was followed. */
+ * cumulative since it was followed. Every read is counted once, by its
+ * event, or here when its event was lost: user space sums the events it
+ * cuts at one instant, so that a process's counts and its files cover the
+ * same reads (counters read beside the events would catch the reads in
+ * flight at the cut on one side only). */
 struct pp_proc_io {
-	__u64 bytes;		/* returned by read syscalls on regular files */
+	__u64 bytes;		/* returned by read syscalls on regular files whose event was lost */
 	__u64 reads;		/* those read syscalls (that returned > 0) */
 	__u64 read_ns;		/* time inside them */
 	__u32 parent;		/* the followed process that forked it; 0: added by user space */
@@ -247,7 +251,7 @@ struct pp_proc_io {
 enum pp_tree_drop {
 	PP_TREE_DROP_PROC_MAP_FULL = 0,		/* a child not followed */
 	PP_TREE_DROP_NO_TASK_STORAGE = 1,	/* a read or an open not counted (no task storage for it) */
-	PP_TREE_DROP_RINGBUF_FULL = 2,		/* a file event lost (its bytes still count in pp_proc_io) */
+	PP_TREE_DROP_RINGBUF_FULL = 2,		/* a file event lost (a read's bytes then count in pp_proc_io) */
 	PP_TREE_DROP_NO_NS_PID = 3,		/* a child with no PID in our namespace: not followed */
 	PP_TREE_DROP__COUNT = 4,
 };

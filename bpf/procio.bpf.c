@@ -268,15 +268,17 @@ static __always_inline int read_done(const struct inflight *v, __s64 ret, __u64 
 {
 	if (ret <= 0)
 		return 0;
-	struct pp_proc_io *p = bpf_map_lookup_elem(&procs, &v->tgid);
-	if (!p)
-		return 0; /* forgotten meanwhile */
-	__sync_fetch_and_add(&p->bytes, ret);
-	__sync_fetch_and_add(&p->reads, 1);
-	__sync_fetch_and_add(&p->read_ns, now - v->start);
 	struct pp_tree_io *e = event(PP_TREE_IO_HEAD, v, PP_IO_READ, now);
-	if (!e)
+	if (!e) {
+		/* Counted here instead: the totals stay exact. */
+		struct pp_proc_io *p = bpf_map_lookup_elem(&procs, &v->tgid);
+		if (!p)
+			return 0; /* forgotten meanwhile */
+		__sync_fetch_and_add(&p->bytes, ret);
+		__sync_fetch_and_add(&p->reads, 1);
+		__sync_fetch_and_add(&p->read_ns, now - v->start);
 		return 0;
+	}
 	e->fd = v->fd;
 	e->dev = v->dev;
 	e->ino = v->ino;

@@ -206,7 +206,8 @@ fn c_string(b: &[u8], at: usize) -> Option<String> {
     Some(String::from_utf8_lossy(&p[..end]).into_owned())
 }
 
-/// `struct pp_proc_io`: a followed process's file reads, cumulative.
+/// `struct pp_proc_io`: a followed process's file reads whose events were
+/// lost, cumulative (the others are counted from their events).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProcIoCounters {
     pub bytes: u64,

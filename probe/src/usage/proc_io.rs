@@ -1,9 +1,12 @@
 //! File reads of a process tree, per process (bpf/procio.bpf.c): a PyTorch
 //! job's training process, its workers and whatever else it starts. The
-//! BPF side counts every process's reads of regular files exactly and
-//! sends each read and each open as an event; here the events are cut at
-//! each poll's instant and named by path, and the counts are read there
-//! too, so that both end every poll on the same instant.
+//! BPF side sends each read and each open of a regular file as an event,
+//! and counts in its map the reads whose event was lost; here the events
+//! are cut at each poll's instant and named by path, and a process's counts
+//! are its events' sums plus its lost reads. Its counts and its files then
+//! cover the same reads: counts read from the map beside the events would
+//! take in the reads that end between the cut's instant and the map's read
+//! on one side only.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -54,7 +57,10 @@ pub struct ProcIo<'obj> {
     opens: HashMap<(i32, u64, u64), u64>,
     /// (dev, ino) -> st_size, once looked up.
     sizes: HashMap<(u64, u64), Option<u64>>,
-    /// The last counts of processes that ended (their map entries go).
+    /// Each process's reads cut so far, from their events.
+    totals: BTreeMap<i32, ProcIoCounters>,
+    /// The last lost-read counts of processes that ended (their map
+    /// entries go).
     gone: BTreeMap<i32, ProcIoCounters>,
     /// Processes the loader named that could not be followed (a full map).
     not_followed: u64,
@@ -75,6 +81,7 @@ impl<'obj> ProcIo<'obj> {
             paths: HashMap::new(),
             opens: HashMap::new(),
             sizes: HashMap::new(),
+            totals: BTreeMap::new(),
             gone: BTreeMap::new(),
             not_followed: 0,
         };
@@ -104,10 +111,11 @@ impl<'obj> ProcIo<'obj> {
         self.queue.extend(self.feed.take());
     }
 
-    /// The counts now and the reads up to `mono_ns` (CLOCK_MONOTONIC, the
-    /// BPF side's clock); later events wait for the next cut.
+    /// The reads up to `mono_ns` (CLOCK_MONOTONIC, the BPF side's clock),
+    /// and every process's counts up to there; later events wait for the
+    /// next cut.
     pub fn cut(&mut self, mono_ns: u64) -> Result<Cut, BpfError> {
-        let counts = self.bpf.processes()?;
+        let lost = self.bpf.processes()?;
         self.drain();
         // By instant, not by position: programs on several CPUs stamp an
         // event before they queue it.
@@ -133,8 +141,16 @@ impl<'obj> ProcIo<'obj> {
                 _ => self.feed.count_malformed(),
             }
         }
-        let mut processes = Vec::with_capacity(counts.len() + self.gone.len());
-        for (pid, c) in counts {
+        for f in acc.values() {
+            let t = self.totals.entry(f.pid.unwrap_or(0)).or_default();
+            t.bytes += f.bytes_read;
+            t.reads += f.reads;
+            t.read_ns += f.read_ns;
+        }
+        // Lost reads: those of processes that ended, then of the live ones
+        // (a pid reused by a new process of the tree adds to the old).
+        let mut lost_now = self.gone.clone();
+        for (pid, c) in lost {
             // A process that ended reads no more: keep its last counts and
             // stop following it.
             if !target::alive(pid) {
@@ -142,24 +158,19 @@ impl<'obj> ProcIo<'obj> {
                 let g = self.gone.entry(pid).or_default();
                 *g = add(g, &c);
                 self.opens.retain(|(p, _, _), _| *p != pid);
-                continue;
             }
-            // A pid reused by a new process of the tree adds to the old.
-            let total = match self.gone.get(&pid) {
-                Some(g) => add(g, &c),
-                None => c,
-            };
-            processes.push(ProcCounts {
-                pid,
-                counters: total,
-            });
+            let l = lost_now.entry(pid).or_default();
+            *l = add(l, &c);
         }
-        for (&pid, &c) in &self.gone {
-            if !processes.iter().any(|p| p.pid == pid) {
-                processes.push(ProcCounts { pid, counters: c });
-            }
+        let mut counts = self.totals.clone();
+        for (pid, l) in lost_now {
+            let c = counts.entry(pid).or_default();
+            *c = add(c, &l);
         }
-        processes.sort_by_key(|p| p.pid);
+        let processes = counts
+            .into_iter()
+            .map(|(pid, counters)| ProcCounts { pid, counters })
+            .collect();
         let mut files: Vec<FileIo> = acc.into_values().collect();
         files.sort_by(|a, b| (a.pid, &a.path, a.tid).cmp(&(b.pid, &b.path, b.tid)));
         Ok(Cut { processes, files })
@@ -426,6 +437,53 @@ mod tests {
         let all: u64 = cut.files.iter().map(|f| f.bytes_read).sum();
         let counted: u64 = cut.processes.iter().map(|p| p.counters.bytes).sum();
         assert_eq!(all, counted);
+        assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
+    }
+
+    /// Cuts taken while a child reads: every cut's per-file reads add up,
+    /// per process, to what its counts grew by since the previous cut, so
+    /// a window's totals and its files agree at both edges. Needs root.
+    #[test]
+    fn counts_and_files_end_on_the_same_reads() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: loading BPF needs root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("procio-edge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("data.bin");
+        std::fs::write(&file, vec![3u8; 1 << 20]).expect("write");
+        let mut obj = MaybeUninit::uninit();
+        let mut io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "for i in $(seq 400); do dd if={} of=/dev/null bs=8k status=none; done",
+                file.display()
+            ))
+            .spawn()
+            .expect("sh");
+        let mut before: BTreeMap<i32, u64> = BTreeMap::new();
+        let mut cuts_with_reads = 0;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            let (mono, _) = crate::clock::now_ns();
+            let cut = io.cut(mono).expect("cut");
+            let mut in_files: BTreeMap<i32, u64> = BTreeMap::new();
+            for f in &cut.files {
+                *in_files.entry(f.pid.unwrap_or(0)).or_default() += f.bytes_read;
+            }
+            for p in &cut.processes {
+                let grew = p.counters.bytes - before.get(&p.pid).copied().unwrap_or(0);
+                let read = in_files.get(&p.pid).copied().unwrap_or(0);
+                assert_eq!(grew, read, "process {}", p.pid);
+                cuts_with_reads += usize::from(read > 0);
+                before.insert(p.pid, p.counters.bytes);
+            }
+        }
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(cuts_with_reads > 20, "{cuts_with_reads} cuts saw reads");
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
 
