@@ -40,6 +40,7 @@ mod lp;
 mod machine;
 mod measured;
 mod model;
+mod node_model;
 mod ops;
 mod output;
 mod prefetch;
