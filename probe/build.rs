@@ -31,6 +31,8 @@ fn main() {
     build(&bpf_dir, &out_dir, "procio");
     for f in [
         "probe.bpf.c",
+        "probe_waits.h",
+        "probe_io.h",
         "procio.bpf.c",
         "plumber.h",
         "file_syscalls.h",
