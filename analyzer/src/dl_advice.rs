@@ -23,6 +23,11 @@ const EPOCH_EDGE_MIN: f64 = 0.02;
 /// The training loop's share of the window receiving batches from which
 /// a note says where that time goes.
 const RECEIVE_MIN: f64 = 0.10;
+/// The training loop's share of the window waiting for its process's GIL
+/// from which that, not its step, is named as what holds the loader back
+/// (a tenth would be within what a step's own Python code and the
+/// stage sampler's resolution leave; a fifth is a thread competing).
+const LOOP_GIL_MIN: f64 = 0.20;
 
 /// The workers the loader runs now: the knob, or 0 where it started none
 /// (parallelism 1 then stands for the training loop doing the work).
@@ -243,6 +248,24 @@ pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<E
     if !short || !workers::started(m.op_names()) {
         return None;
     }
+    let gil = m.input.dataloader.as_ref().map_or(0.0, |d| {
+        d.training
+            .iter()
+            .map(|(k, share)| share * d.gil(k))
+            .sum::<f64>()
+    });
+    if gil >= LOOP_GIL_MIN {
+        return Some(Elsewhere {
+            by: "gil".into(),
+            why: format!(
+                "the DataLoader delivered {} while its workers allow {}: they were busy {} of the time, and the training loop waited for its own process's GIL {} of its time — another Python thread of the training process holds it (a thread of the user's, a logger, a metrics exporter), and the loop needs it to receive each batch and to run its step; move that thread's work out of the training process or make it sleep more — more workers or a larger prefetch_factor would not raise the rate",
+                fmt::rate(Some(observed)),
+                fmt::rate(Some(pred)),
+                fmt::pct(observed / pred),
+                fmt::pct(gil)
+            ),
+        });
+    }
     Some(Elsewhere {
         by: "consumer".into(),
         why: format!(
@@ -289,16 +312,25 @@ pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommenda
 /// on the pure-Python transform at two workers (60% of the loop's time
 /// receiving) `file_system` left the rate as it was (55.4/s both,
 /// bench/validate.py torch_ipc), as the loop waits for the workers either
-/// way.
+/// way. Where the recording saw the loop wait for its own process's GIL
+/// while receiving, the note says that instead.
 pub(crate) fn receiving_note(m: &Model, observed: f64) -> Option<String> {
     let d = m.input.dataloader.as_ref()?;
     let receive = d.share("receive");
     if d.num_workers == 0 || !(RECEIVE_MIN..1.0).contains(&receive) || observed <= 0.0 {
         return None;
     }
-    let how = match d.sharing_strategy.as_deref() {
-        Some("file_descriptor") => ": under the file_descriptor sharing strategy each tensor's descriptor comes from the sending worker's resource-sharer thread, which waits for that worker's GIL",
-        _ => "",
+    let own_gil = d.gil("receive");
+    let how = if own_gil >= LOOP_GIL_MIN {
+        format!(
+            ", {} of it waiting for the training process's own GIL, which another of its Python threads holds",
+            fmt::pct(own_gil)
+        )
+    } else {
+        match d.sharing_strategy.as_deref() {
+            Some("file_descriptor") => ": under the file_descriptor sharing strategy each tensor's descriptor comes from the sending worker's resource-sharer thread, which waits for that worker's GIL".into(),
+            _ => String::new(),
+        }
     };
     Some(format!(
         "the training loop spends {} of its time receiving batches ({} s per batch){how}; while the workers bound the loader it waits for them either way, so this does not lower the rate",

@@ -139,6 +139,9 @@ pub struct DataLoaderFacts {
     pub training: std::collections::BTreeMap<String, f64>,
     /// torch's tensor sharing strategy, where seen.
     pub sharing_strategy: Option<String>,
+    /// Per stage of the training loop: the share of its time the loop
+    /// waited for the training process's GIL (empty: not told).
+    pub training_gil: std::collections::BTreeMap<String, f64>,
 }
 
 impl DataLoaderFacts {
@@ -163,7 +166,19 @@ impl DataLoaderFacts {
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
             sharing_strategy: Some(d.sharing_strategy.clone()).filter(|s| !s.is_empty()),
+            training_gil: d
+                .training_gil_shares
+                .iter()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(k, v)| (k.clone(), v.clamp(0.0, 1.0)))
+                .collect(),
         }
+    }
+
+    /// The share of the training loop's time in `stage` that it waited
+    /// for its process's GIL (0: none, or not told).
+    pub fn gil(&self, stage: &str) -> f64 {
+        self.training_gil.get(stage).copied().unwrap_or(0.0)
     }
 }
 

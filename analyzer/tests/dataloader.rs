@@ -275,6 +275,40 @@ fn receiving_through_descriptors_is_noted() {
     assert!(note.contains("file_descriptor"), "{note}");
 }
 
+/// A training loop that waits for its own process's GIL (another Python
+/// thread of the training process holds it): that, not its step, is named
+/// as what holds the loader back, and the receiving note says so too.
+#[test]
+fn the_loop_s_own_gil_is_named() {
+    let p = loader(600, 3.0, 0.5, 2, 4);
+    let shares = [("wait", 0.1), ("receive", 0.6), ("other", 0.3)];
+    let ov = MachineOverrides::default();
+    let mut s = with_loop(&p, 2, true, &shares, "file_descriptor");
+    let gil = [("receive", 0.8), ("other", 0.5), ("wait", 0.0)];
+    if let Some(d) = s.dataloader.as_mut() {
+        d.training_gil_shares = gil.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    }
+    let r = analyze(&s, &ov).expect("analyze").into_report();
+    let e = r.limited_elsewhere.as_ref().expect("limited elsewhere");
+    assert_eq!(e.by, "gil", "{e:?}");
+    assert!(e.why.contains("its own process's GIL 63%"), "{}", e.why);
+    assert!(workers_rec(&r).is_none());
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("receiving batches"))
+        .expect("receiving note");
+    assert!(
+        note.contains("80% of it waiting for the training process's own GIL"),
+        "{note}"
+    );
+    // Without the waits told, the step is named, as before.
+    let r = analyze(&with_loop(&p, 2, true, &shares, "file_descriptor"), &ov)
+        .expect("analyze")
+        .into_report();
+    assert_eq!(r.limited_elsewhere.expect("elsewhere").by, "consumer");
+}
+
 /// report.html's timeline of a DataLoader recording: its stages, a row
 /// per thread of each process, labelled with the process's pid.
 #[test]

@@ -54,6 +54,16 @@ pub struct DataLoaderObservation {
     /// measured (the recording could not load its BPF programs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<Vec<ProcessIo>>,
+    /// Of `training`'s time, what the loop's thread spent waiting for its
+    /// process's GIL, wall ns per stage.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub training_gil: BTreeMap<String, u64>,
+    /// Threads' ticks whose GIL wait the sampler could tell, and those it
+    /// could not (the thread's kernel id or the GIL not readable).
+    #[serde(default)]
+    pub gil_told: u64,
+    #[serde(default)]
+    pub gil_untold: u64,
 }
 
 /// What a followed process is to the loader.
@@ -92,6 +102,9 @@ pub struct WorkerObservation {
     /// `idle`), and `send` while its result queue's feeder pickles.
     pub stages: BTreeMap<String, u64>,
     pub cpu_ns: u64,
+    /// Of `stages`' time, what its threads waited for its GIL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gil: BTreeMap<String, u64>,
 }
 
 /// The window's DataLoader figures (dataloader.json).
@@ -141,6 +154,10 @@ pub struct DataLoaderSummary {
     /// kept none (a replayed event file).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub functions: BTreeMap<String, Vec<crate::stage_functions::FunctionShare>>,
+    /// What each stage's threads spent waiting for their process's GIL;
+    /// absent when the sampler could not tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gil_wait: Option<crate::loader_gil::GilWaits>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -202,7 +219,7 @@ pub struct LoaderIo {
     pub get_item_read_share: f64,
 }
 
-fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(crate) fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     b.iter()
         .map(|(k, v)| (k.clone(), v.saturating_sub(a.get(k).copied().unwrap_or(0))))
         .collect()
@@ -426,6 +443,7 @@ pub fn summarise(
         sharing_strategy: last.sharing_strategy.clone(),
         io,
         functions: BTreeMap::new(),
+        gil_wait: crate::loader_gil::gil_waits(first, last),
     })
 }
 
@@ -481,6 +499,7 @@ impl DataLoaderSummary {
             ));
         }
         v.push(self.io_line());
+        v.extend(self.gil_wait.as_ref().map(|g| g.line()));
         v.extend(self.functions_line());
         v
     }
@@ -615,6 +634,7 @@ mod tests {
                 pid,
                 stages: [("get_item".to_string(), stages)].into(),
                 cpu_ns: 0,
+                gil: BTreeMap::new(),
             });
         }
         let r = |bytes, reads| FileReads { bytes, reads };

@@ -425,6 +425,16 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
         sharing_strategy: d.sharing_strategy.clone().unwrap_or_default(),
         window_s: d.window_s,
         batches: d.batches,
+        training_gil_shares: d
+            .gil_wait
+            .as_ref()
+            .map(|g| g.training.clone().into_iter().collect())
+            .unwrap_or_default(),
+        workers_gil_shares: d
+            .gil_wait
+            .as_ref()
+            .map(|g| g.workers.clone().into_iter().collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -18,5 +18,6 @@ mod shim;
 mod stacks;
 mod top;
 mod torch;
+mod torch_gil;
 mod torch_io;
 mod usage;

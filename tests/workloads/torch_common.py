@@ -6,6 +6,7 @@ Every workload module defines
     EPOCH_SAMPLES = <int>             # default --epoch-samples (dataset length)
     def add_args(parser): ...         # optional: workload-specific options
     def build(args) -> torch.utils.data.Dataset   (map-style or IterableDataset)
+    def gt_fields() -> str            # optional: more key=value counters for every GT line
 
 and ends with `if __name__ == "__main__": sys.exit(torch_common.main(sys.modules[__name__]))`
 (the guard matters: spawn/forkserver workers import the script again as __mp_main__).
@@ -31,6 +32,9 @@ every batch's leading dimension: exact for partial batches). stall_ns is the cum
 the training loop spent inside the DataLoader's iter() and next() calls (the data stall: with
 num_workers=0 all the loading, with workers the waiting for a batch, plus the iter() at each
 epoch start, which starts or resets the workers). epoch is the 0-based epoch of the last batch.
+With --stall-detail GT lines add stall_cpu_ns, the loop thread's CPU time in those calls, and
+stall_runq_ns, the time it waited there for a CPU (run_delay, /proc/thread-self/schedstat):
+without workers a loader that reads no file spends the rest waiting for the GIL.
 The simulated training step (--step-ms) runs outside those calls.
 
 IO lines count, in the process that prints them and since it started, what the read() syscalls
@@ -118,6 +122,9 @@ def make_parser(module):
                    help="multiprocessing context of the workers (default: %(default)s)")
     p.add_argument("--epoch-samples", type=int, default=getattr(module, "EPOCH_SAMPLES", 256),
                    help="dataset length: samples per epoch (default: %(default)s)")
+    p.add_argument("--stall-detail", action="store_true",
+                   help="GT lines add the loop's CPU time and run-queue wait inside the loader's "
+                        "calls (stall_cpu_ns, stall_runq_ns)")
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step: this many ms of CPU work (torch matmuls, "
                         "calibrated at start) in the training process after every batch")
@@ -418,10 +425,14 @@ def run(module, args):
     persistent = int(bool(args.persistent_workers and nw > 0))
     prefetch = (args.prefetch_factor if args.prefetch_factor is not None else 2) if nw else "none"
 
-    st = {"it": None, "epoch": 0, "stall": 0, "pids": None, "started": False}
+    st = {"it": None, "epoch": 0, "stall": 0, "stall_cpu": 0, "stall_runq": 0, "pids": None,
+          "started": False}
+    truth = args.stall_detail
 
     def next_batch():
         t = time.perf_counter_ns()
+        if truth:
+            c, q = time.thread_time_ns(), _run_delay_ns()
         try:
             while True:
                 if st["it"] is None:
@@ -443,10 +454,18 @@ def run(module, args):
                         raise RuntimeError("an epoch yielded no batch")
         finally:
             st["stall"] += time.perf_counter_ns() - t
+            if truth:
+                st["stall_cpu"] += time.thread_time_ns() - c
+                st["stall_runq"] += _run_delay_ns() - q
+
+    fields = getattr(module, "gt_fields", None)
 
     def gt(now, root, elems):
+        extra = f" {fields()}" if fields else ""
+        if truth:
+            extra += f" stall_cpu_ns={st['stall_cpu']} stall_runq_ns={st['stall_runq']}"
         _emit(f"GT wall_ns={now} root={root} elems={elems} stall_ns={st['stall']} "
-              f"epoch={st['epoch']}")
+              f"epoch={st['epoch']}{extra}")
 
     def next_or_stop():
         # A worker that dies (e.g. SIGKILLed by hand) makes PyTorch raise
@@ -524,6 +543,24 @@ def run(module, args):
                 # active exception") is reported, not the run's failure.
                 print(f"torch_common: at shutdown: {e}", file=sys.stderr)
     return 0
+
+
+_SCHED = {}
+
+
+def _run_delay_ns():
+    """The calling thread's time runnable but waiting for a CPU, ns. Read through libc
+    without releasing the GIL (ctypes.PyDLL): a read through Python's io releases it, and
+    with another Python thread busy each release costs a switch interval to take it back,
+    inside the very calls this measures."""
+    import ctypes
+
+    if not _SCHED:  # the loop's thread calls first: thread-self is its
+        _SCHED["libc"] = ctypes.PyDLL(None)
+        _SCHED["buf"] = ctypes.create_string_buffer(128)
+        _SCHED["fd"] = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    n = _SCHED["libc"].pread(_SCHED["fd"], _SCHED["buf"], 127, ctypes.c_long(0))
+    return int(_SCHED["buf"].raw[:max(n, 0)].split()[1])
 
 
 def main(module, argv=None):

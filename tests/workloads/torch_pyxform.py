@@ -5,10 +5,18 @@ A map-style dataset whose __getitem__(i) runs --pyiters (5000) iterations of a P
 integer recurrence seeded by i, filling a 64-float vector -> (float32[64], label).
 With num_workers=0 that loop runs in the training process and holds its GIL; with workers
 each worker process holds its own.
+
+--gil-threads N starts N threads in the training process that run Python without end (as
+a busy metrics or logging thread would): without workers the transform then waits for the
+GIL. The GT lines carry item_wall_ns= and item_cpu_ns=, the wall and thread CPU time the
+training process spent in __getitem__ (0 with workers): a pure-Python transform that does
+no I/O spends the difference waiting for the GIL.
 """
 
 import os
 import sys
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,9 +27,25 @@ NAME = "torch_pyxform"
 EPOCH_SAMPLES = 1024
 
 
+# __getitem__'s wall and thread CPU time in this process, ns.
+ITEM = {"wall": 0, "cpu": 0}
+
+
 def add_args(p):
     p.add_argument("--pyiters", type=int, default=5000,
                    help="Python loop iterations per sample (default %(default)s)")
+    p.add_argument("--gil-threads", type=int, default=0,
+                   help="threads in the training process that run Python without end")
+
+
+def gt_fields():
+    return f"item_wall_ns={ITEM['wall']} item_cpu_ns={ITEM['cpu']}"
+
+
+def _spin():
+    x = 1
+    while True:
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
 def py_loop(i, iters, seed):
@@ -43,10 +67,16 @@ class PyTransform(Dataset):
     def __getitem__(self, i):
         import torch
 
-        return torch.tensor(py_loop(i, self.iters, self.seed), dtype=torch.float32), i % 10
+        w, c = time.perf_counter_ns(), time.thread_time_ns()
+        out = torch.tensor(py_loop(i, self.iters, self.seed), dtype=torch.float32), i % 10
+        ITEM["wall"] += time.perf_counter_ns() - w
+        ITEM["cpu"] += time.thread_time_ns() - c
+        return out
 
 
 def build(args):
+    for _ in range(args.gil_threads):
+        threading.Thread(target=_spin, daemon=True).start()
     return PyTransform(args.epoch_samples, args.pyiters, args.seed)
 
 

@@ -28,6 +28,9 @@ pub struct Offsets {
     pub ts_next: u32,
     pub ts_interp: u32,
     pub ts_thread_id: u32,
+    /// 3.11+: `native_thread_id`, the thread's id in the kernel (its
+    /// tid, in the target's PID namespace).
+    pub ts_native_thread_id: u32,
     pub ts_frame: u32,
     /// 3.11/3.12: the frame sits behind `tstate->cframe`.
     pub cframe_frame: u32,
@@ -64,6 +67,7 @@ pub fn table(minor: u32) -> Option<Offsets> {
         ts_next: 8,
         ts_interp: 16,
         ts_thread_id: 176,
+        ts_native_thread_id: NONE,
         ts_frame: 24,
         cframe_frame: NONE,
         f_previous: 24,
@@ -93,6 +97,7 @@ pub fn table(minor: u32) -> Option<Offsets> {
             gil_locked: 376,
             interp_threads_head: 16,
             ts_thread_id: 152,
+            ts_native_thread_id: 160,
             ts_frame: 56,
             cframe_frame: 8,
             f_previous: 48,
@@ -116,6 +121,7 @@ pub fn table(minor: u32) -> Option<Offsets> {
             gil_in_interp: true,
             interp_threads_head: 72,
             ts_thread_id: 136,
+            ts_native_thread_id: 144,
             ts_frame: 56,
             cframe_frame: 0,
             f_previous: 8,
@@ -170,6 +176,7 @@ pub fn from_debug_offsets(b: &[u8]) -> Option<Offsets> {
         ts_next: small(168)?,
         ts_interp: small(176)?,
         ts_thread_id: small(192)?,
+        ts_native_thread_id: small(200)?,
         ts_frame: small(184)?,
         cframe_frame: NONE,
         f_previous: small(232)?,

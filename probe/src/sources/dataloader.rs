@@ -181,6 +181,7 @@ impl<'obj> DataLoaderSource<'obj> {
                 pid,
                 stages: names(stages),
                 cpu_ns: self.worker_cpu.get(&pid).copied().unwrap_or(0),
+                gil: o.workers_gil.get(&pid).map(names).unwrap_or_default(),
             })
             .collect();
         Some(DataLoaderObservation {
@@ -205,6 +206,9 @@ impl<'obj> DataLoaderSource<'obj> {
             job_cpu_ns: self.cpu_ns().unwrap_or(0),
             sharing_strategy: o.sharing_strategy.map(str::to_string),
             io: None,
+            training_gil: names(&o.training_gil),
+            gil_told: o.gil_told,
+            gil_untold: o.gil_untold,
         })
     }
 

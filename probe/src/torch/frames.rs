@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::mem::{word_at, Memory};
 use crate::python::{Offsets, PyProcess};
+use crate::torch::gil::{Gil, GilNow};
 
 /// Deepest stack walked.
 const MAX_FRAMES: usize = 256;
@@ -123,12 +124,22 @@ pub struct Frames {
     walks: u64,
     /// Frames whose code object could not be read.
     pub bad_frames: u64,
+    gil: Gil,
+    /// The GIL as read right after the last walk's thread states.
+    gil_now: Option<GilNow>,
+    /// 3.9/3.10 (no `native_thread_id`): kernel ids by `thread_id`, read
+    /// from glibc's thread descriptors and checked once.
+    pthread_tids: HashMap<u64, i32>,
 }
 
 /// One thread's stack, outermost frame first.
 pub struct Stack {
     /// CPython's `thread_id` (pthread_self()).
     pub thread_id: u64,
+    /// The thread's state (what the GIL's `last_holder` names).
+    pub tstate: u64,
+    /// Its kernel id; 0 when not known (see `crate::torch::gil`).
+    pub tid: i32,
     pub frames: Vec<Named>,
     /// The walk reached the outermost frame and named every frame on the
     /// way. The thread runs while it is read: a frame popped meanwhile can
@@ -152,6 +163,9 @@ impl Frames {
             shared_names: None,
             walks: 0,
             bad_frames: 0,
+            gil: Gil::new(&py.config),
+            gil_now: None,
+            pthread_tids: HashMap::new(),
         }
     }
 
@@ -174,6 +188,8 @@ impl Frames {
         self.walks += 1;
         if self.walks.is_multiple_of(CODE_CACHE_TICKS) {
             self.codes.clear();
+            // Thread ids are reused too.
+            self.pthread_tids.clear();
         }
         let o = self.off;
         let heads = self.thread_heads()?;
@@ -185,11 +201,16 @@ impl Frames {
             self.deref_all(&mut tops, u64::from(o.cframe_frame));
         }
         let blocks = self.preload(&tops);
+        self.gil_now = self.gil.now(&self.mem);
         let mut out = Vec::with_capacity(heads.len());
-        for ((head, top), block) in heads.iter().zip(tops).zip(blocks) {
+        let states = self.threads.clone();
+        for (((head, top), block), tstate) in heads.iter().zip(tops).zip(blocks).zip(states) {
             let (frames, complete) = self.walk(top, block);
+            let thread_id = word_at(head, o.ts_thread_id as usize);
             out.push(Stack {
-                thread_id: word_at(head, o.ts_thread_id as usize),
+                thread_id,
+                tstate,
+                tid: self.tid_of(head, thread_id),
                 frames,
                 complete,
             });
@@ -197,11 +218,48 @@ impl Frames {
         Some(out)
     }
 
+    /// Whether the thread of `s` (from the last walk) waits for the GIL;
+    /// None when that cannot be told (its kernel id or the GIL unknown).
+    pub fn gil_wait(&self, s: &Stack) -> Option<bool> {
+        let now = self.gil_now?;
+        (s.tid > 0).then_some(())?;
+        self.gil.waits(now, self.pid, s.tid, s.tstate)
+    }
+
+    /// A thread's kernel id: its `native_thread_id` (3.11+), else the
+    /// `tid` of its glibc descriptor; 0 when neither is one of the
+    /// process's threads.
+    fn tid_of(&mut self, head: &[u8], thread_id: u64) -> i32 {
+        let o = self.off;
+        if o.ts_native_thread_id != crate::python::NONE {
+            return i32::try_from(word_at(head, o.ts_native_thread_id as usize)).unwrap_or(0);
+        }
+        if let Some(&t) = self.pthread_tids.get(&thread_id) {
+            return t;
+        }
+        let Some(off) = crate::torch::gil::pthread_tid_offset() else {
+            return 0;
+        };
+        let mut b = [0u8; 4];
+        let tid = match self.mem.read(thread_id.wrapping_add(off as u64), &mut b) {
+            Ok(()) => i32::from_ne_bytes(b),
+            Err(_) => 0,
+        };
+        let tid = if crate::torch::gil::is_thread_of(self.pid, tid) {
+            tid
+        } else {
+            0
+        };
+        self.pthread_tids.insert(thread_id, tid);
+        tid
+    }
+
     /// Bytes of a thread state read: up to its last field used.
     fn head_len(&self) -> usize {
         let o = self.off;
-        [o.ts_next, o.ts_thread_id, o.ts_frame]
+        [o.ts_next, o.ts_thread_id, o.ts_native_thread_id, o.ts_frame]
             .into_iter()
+            .filter(|&f| f != crate::python::NONE)
             .max()
             .unwrap_or(0) as usize
             + 8

@@ -11,6 +11,7 @@
 
 pub mod count;
 pub mod frames;
+pub mod gil;
 pub mod loader;
 pub mod sampler;
 pub mod spans;

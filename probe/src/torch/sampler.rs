@@ -84,6 +84,15 @@ pub struct Observed {
     pub sharing_strategy: Option<&'static str>,
     /// The sampler's thread ended by a panic: what it saw stops there.
     pub failed: bool,
+    /// Of `training`'s time, what its thread spent waiting for its
+    /// process's GIL (`crate::torch::gil`), per stage.
+    pub training_gil: StageNs,
+    /// Of `workers`' time, the same, per worker process.
+    pub workers_gil: BTreeMap<i32, StageNs>,
+    /// Threads' ticks whose GIL wait was told, and those it could not be
+    /// (the thread's kernel id or the GIL not readable).
+    pub gil_told: u64,
+    pub gil_untold: u64,
 }
 
 pub struct StageSampler {
@@ -372,6 +381,7 @@ impl Run {
         let (loop_stage, pin) = self.training_stages(&training);
         let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
+        let mut loop_gil = None;
         if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
             if let Some(s) = training.iter().find(|s| s.thread_id == t) {
                 let seen = seen(pid, name, Role::TrainingLoop, st, s);
@@ -379,6 +389,7 @@ impl Run {
                 if st == Stage::Receive {
                     strategy = sharing_strategy(&s.frames);
                 }
+                loop_gil = Some(gil_wait(&self.training, st, s));
             }
         }
         if let Some((st, s)) = pin {
@@ -398,9 +409,13 @@ impl Run {
                     let seen = seen(pid, &w.name, role, st, s);
                     self.recorder.record(&seen, s, start_ns, end_ns);
                 }
+                let frames = w.frames.as_ref();
                 workers.push((
                     pid,
-                    stages.into_iter().map(|(st, ..)| st).collect::<Vec<_>>(),
+                    stages
+                        .into_iter()
+                        .map(|(st, _, s)| (st, frames.and_then(|f| gil_wait(f, st, s))))
+                        .collect::<Vec<_>>(),
                 ));
             }
         }
@@ -424,13 +439,20 @@ impl Run {
             Some(s) => *o.training.entry(s).or_default() += dt,
             None => o.training_unknown_ns += dt,
         }
+        if let (Some(st), Some(waits)) = (loop_stage, loop_gil) {
+            if count_gil(&mut o, waits) {
+                *o.training_gil.entry(st).or_default() += dt;
+            }
+        }
         if let Some((p, _)) = pin {
             *o.pin_memory.entry(p).or_default() += dt;
         }
         for (pid, stages) in workers {
-            let w = o.workers.entry(pid).or_default();
-            for s in stages {
-                *w.entry(s).or_default() += dt;
+            for (s, waits) in stages {
+                *o.workers.entry(pid).or_default().entry(s).or_default() += dt;
+                if count_gil(&mut o, waits) {
+                    *o.workers_gil.entry(pid).or_default().entry(s).or_default() += dt;
+                }
             }
         }
     }
@@ -460,6 +482,30 @@ impl Run {
             .loop_thread
             .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st));
         (loop_stage, pin)
+    }
+}
+
+/// Whether the thread of `s`, in `stage`, waits for its GIL. A thread
+/// idle between batches is not asked (its waits are no stage's, and most
+/// threads of an idle worker are idle).
+fn gil_wait(frames: &Frames, stage: Stage, s: &Stack) -> Option<bool> {
+    if stage == Stage::Idle {
+        return Some(false);
+    }
+    frames.gil_wait(s)
+}
+
+/// Counts a thread's tick as told or not; true when it waited for the GIL.
+fn count_gil(o: &mut Observed, waits: Option<bool>) -> bool {
+    match waits {
+        Some(w) => {
+            o.gil_told += 1;
+            w
+        }
+        None => {
+            o.gil_untold += 1;
+            false
+        }
     }
 }
 

@@ -1,0 +1,181 @@
+//! What a DataLoader's stages spent waiting for the GIL: per stage, the
+//! share of its threads' time that they waited for their own process's
+//! GIL (the training process's for the training loop, each worker's own
+//! for the workers), as the stage sampler told it at its ticks
+//! (probe/src/torch/gil.rs).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dataloader::{delta, DataLoaderObservation};
+
+/// Shares under this are left out of the printed line.
+const SHOWN: f64 = 0.01;
+/// Below this share of ticks told, the line says how many were.
+const TOLD_WELL: f64 = 0.9;
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct GilWaits {
+    /// Per stage of the training loop: the share of its time the loop's
+    /// thread waited for the training process's GIL.
+    pub training: BTreeMap<String, f64>,
+    /// Per stage of the workers, all together: the share of that stage's
+    /// time their threads waited for their own process's GIL.
+    pub workers: BTreeMap<String, f64>,
+    /// Share of the threads' ticks whose wait could be told.
+    pub told: f64,
+}
+
+/// The waits between two observations; None when no tick was told.
+pub fn gil_waits(first: &DataLoaderObservation, last: &DataLoaderObservation) -> Option<GilWaits> {
+    let told = last.gil_told.saturating_sub(first.gil_told);
+    let untold = last.gil_untold.saturating_sub(first.gil_untold);
+    if told == 0 {
+        return None;
+    }
+    let training = shares(
+        &delta(&first.training_gil, &last.training_gil),
+        &delta(&first.training, &last.training),
+    );
+    let (mut gil, mut time) = (BTreeMap::new(), BTreeMap::new());
+    for w in &last.workers {
+        let before = first.workers.iter().find(|x| x.pid == w.pid);
+        let empty = BTreeMap::new();
+        let (g0, t0) = before.map_or((&empty, &empty), |b| (&b.gil, &b.stages));
+        add(&mut gil, &delta(g0, &w.gil));
+        add(&mut time, &delta(t0, &w.stages));
+    }
+    Some(GilWaits {
+        training,
+        workers: shares(&gil, &time),
+        told: told as f64 / (told + untold) as f64,
+    })
+}
+
+fn add(into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+/// Each stage with time: its waits over its time.
+fn shares(gil: &BTreeMap<String, u64>, time: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+    time.iter()
+        .filter(|(_, &t)| t > 0)
+        .map(|(k, &t)| {
+            let g = gil.get(k).copied().unwrap_or(0);
+            (k.clone(), (g as f64 / t as f64).min(1.0))
+        })
+        .collect()
+}
+
+impl GilWaits {
+    /// The recording's line: the stages that waited at least `SHOWN` of
+    /// their time.
+    pub fn line(&self) -> String {
+        let list = |m: &BTreeMap<String, f64>| -> Vec<String> {
+            m.iter()
+                .filter(|(k, &v)| v >= SHOWN && k.as_str() != "idle")
+                .map(|(k, v)| format!("{k} {:.0}%", 100.0 * v))
+                .collect()
+        };
+        let mut parts = Vec::new();
+        for (who, m) in [
+            ("training loop", &self.training),
+            ("workers", &self.workers),
+        ] {
+            let l = list(m);
+            if !l.is_empty() {
+                parts.push(format!("{who} {}", l.join(", ")));
+            }
+        }
+        let told = if self.told < TOLD_WELL {
+            format!(" (told at {:.0}% of the threads' ticks)", 100.0 * self.told)
+        } else {
+            String::new()
+        };
+        if parts.is_empty() {
+            format!("  waiting for the GIL: under 1% of every stage's time{told}")
+        } else {
+            format!(
+                "  waiting for the GIL, share of each stage's time: {}{told}",
+                parts.join("; ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataloader::WorkerObservation;
+
+    fn m(v: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        v.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    }
+
+    #[test]
+    fn shares_per_stage_over_the_window() {
+        let first = DataLoaderObservation {
+            training: m(&[("get_item", 100), ("collate", 10)]),
+            training_gil: m(&[("get_item", 50)]),
+            gil_told: 10,
+            workers: vec![WorkerObservation {
+                pid: 7,
+                stages: m(&[("get_item", 10)]),
+                gil: m(&[]),
+                cpu_ns: 0,
+            }],
+            ..Default::default()
+        };
+        let last = DataLoaderObservation {
+            training: m(&[("get_item", 1_100), ("collate", 110), ("other", 40)]),
+            training_gil: m(&[("get_item", 550), ("collate", 25)]),
+            gil_told: 190,
+            gil_untold: 10,
+            workers: vec![
+                WorkerObservation {
+                    pid: 7,
+                    stages: m(&[("get_item", 110), ("idle", 30)]),
+                    gil: m(&[("get_item", 10)]),
+                    cpu_ns: 0,
+                },
+                // A worker started in the window counts from 0.
+                WorkerObservation {
+                    pid: 8,
+                    stages: m(&[("get_item", 100)]),
+                    gil: m(&[("get_item", 20)]),
+                    cpu_ns: 0,
+                },
+            ],
+            ..Default::default()
+        };
+        let g = gil_waits(&first, &last).expect("told");
+        assert_eq!(g.training["get_item"], 0.5);
+        assert_eq!(g.training["collate"], 0.25);
+        assert_eq!(g.training["other"], 0.0);
+        assert_eq!(g.workers["get_item"], 0.15);
+        assert_eq!(g.workers["idle"], 0.0);
+        assert!((g.told - 180.0 / 190.0).abs() < 1e-12);
+        assert_eq!(
+            g.line(),
+            "  waiting for the GIL, share of each stage's time: training loop collate 25%, get_item 50%; workers get_item 15%"
+        );
+        // Nothing told: no figures.
+        assert!(gil_waits(&first, &first).is_none());
+    }
+
+    #[test]
+    fn a_window_without_waits_says_so() {
+        let g = GilWaits {
+            training: [("get_item".to_string(), 0.004)].into(),
+            workers: BTreeMap::new(),
+            told: 0.5,
+        };
+        assert_eq!(
+            g.line(),
+            "  waiting for the GIL: under 1% of every stage's time (told at 50% of the threads' ticks)"
+        );
+    }
+}

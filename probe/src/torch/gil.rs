@@ -1,0 +1,240 @@
+//! Whether a thread of a Python process waits for its interpreter's GIL,
+//! at a stage sampler's tick, from outside: no probe on the target.
+//!
+//! A thread that holds the GIL (the interpreter's `last_holder` while
+//! `locked`) does not wait for it. Any other thread is asked of the
+//! kernel (even while the GIL is free: a waiter woken to take it is still
+//! waiting until it runs): `/proc/PID/task/TID/syscall` names the system call a blocked
+//! thread is in and its arguments. A thread waiting for the GIL sleeps in
+//! `futex` on the GIL's own condition variable or mutex (`take_gil`), or,
+//! having just dropped it on request, on its switch condition until
+//! another thread took it; all four lie inside the interpreter's
+//! `_gil_runtime_state`, whose address the interpreter's offsets give.
+//! A thread that released the GIL for I/O or to sleep waits elsewhere and
+//! is not counted.
+//!
+//! The thread's kernel id comes from its thread state's `native_thread_id`
+//! (3.11+), else from glibc's thread descriptor, whose `tid` field's
+//! offset is found in the probe's own threads (`pthread_tid_offset`); an
+//! id is used only when it is one of the process's threads.
+
+use std::sync::OnceLock;
+
+use crate::mem::Memory;
+use crate::python::PyConfig;
+
+/// `struct _gil_runtime_state` on x86-64, 3.9 to 3.13: `interval`,
+/// `last_holder`, `locked`, `switch_number`, then two condition variables
+/// (48 bytes) and two mutexes (40 bytes).
+const GIL_STATE_LEN: u64 = 4 * 8 + 2 * (48 + 40);
+/// `futex(2)` on x86-64.
+const NR_FUTEX: u64 = 202;
+/// Bytes of a glibc thread descriptor searched for its `tid`.
+const PTHREAD_SEARCH: usize = 2048;
+
+/// Where a process's GIL lies, and how to read who holds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Gil {
+    holder_addr: u64,
+    locked_addr: u64,
+    /// `[lo, hi)`: the GIL's state, its condition variables and mutexes.
+    lo: u64,
+    hi: u64,
+}
+
+/// The GIL at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GilNow {
+    /// The holder's thread state; 0 when nobody holds it.
+    pub holder: u64,
+}
+
+impl Gil {
+    pub fn new(cfg: &PyConfig) -> Gil {
+        // `interval` comes first, one word before `last_holder`.
+        let lo = cfg.holder_addr.saturating_sub(8);
+        Gil {
+            holder_addr: cfg.holder_addr,
+            locked_addr: cfg.locked_addr,
+            lo,
+            hi: lo + GIL_STATE_LEN,
+        }
+    }
+
+    /// Who holds the GIL now, both fields in one read (they are
+    /// neighbours); None when it cannot be read.
+    pub fn now(&self, mem: &Memory) -> Option<GilNow> {
+        let lo = self.holder_addr.min(self.locked_addr);
+        let mut b = [0u8; 16];
+        mem.read(lo, &mut b).ok()?;
+        let at = |addr: u64, len: usize| {
+            let o = usize::try_from(addr - lo).ok()?;
+            b.get(o..o + len)
+        };
+        let holder = u64::from_ne_bytes(at(self.holder_addr, 8)?.try_into().ok()?);
+        let locked = i32::from_ne_bytes(at(self.locked_addr, 4)?.try_into().ok()?);
+        Some(GilNow {
+            holder: if locked != 0 { holder } else { 0 },
+        })
+    }
+
+    /// Whether thread `tid` of `pid`, whose thread state is `tstate`,
+    /// waits for the GIL; None when the kernel does not say (the thread
+    /// ended, or no permission).
+    pub fn waits(&self, now: GilNow, pid: i32, tid: i32, tstate: u64) -> Option<bool> {
+        if now.holder != 0 && now.holder == tstate {
+            return Some(false);
+        }
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+        Some(self.is_gil_futex(&text))
+    }
+
+    /// A `/proc/PID/task/TID/syscall` line: a futex on the GIL's state.
+    fn is_gil_futex(&self, line: &str) -> bool {
+        let mut f = line.split_whitespace();
+        let nr = f.next().and_then(|n| n.parse::<u64>().ok());
+        let addr = f
+            .next()
+            .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
+        matches!((nr, addr), (Some(NR_FUTEX), Some(a)) if (self.lo..self.hi).contains(&a))
+    }
+}
+
+/// The offset of `tid` in glibc's thread descriptor (what `pthread_self()`
+/// points to, and what CPython keeps as a thread's `thread_id`), found in
+/// two of the probe's own threads: the one offset where both hold their
+/// own kernel id. None when not exactly one does. The target's glibc may
+/// differ from the probe's: every id read with it is checked against the
+/// target's threads.
+pub fn pthread_tid_offset() -> Option<usize> {
+    static OFFSET: OnceLock<Option<usize>> = OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        let here = tid_offsets();
+        let there = std::thread::spawn(tid_offsets).join().ok()?;
+        let both: Vec<usize> = here.into_iter().filter(|o| there.contains(o)).collect();
+        match both.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
+    })
+}
+
+/// The offsets in the calling thread's descriptor that hold its kernel id.
+fn tid_offsets() -> Vec<usize> {
+    let me = std::process::id() as i32;
+    let tid = nix::unistd::gettid().as_raw();
+    // SAFETY: pthread_self() has no preconditions and cannot fail.
+    let base = unsafe { libc::pthread_self() } as u64;
+    let mut buf = vec![0u8; PTHREAD_SEARCH];
+    if Memory::new(me).read(base, &mut buf).is_err() {
+        return Vec::new();
+    }
+    (0..PTHREAD_SEARCH - 4)
+        .step_by(4)
+        .filter(|&o| buf[o..o + 4] == tid.to_ne_bytes())
+        .collect()
+}
+
+/// Whether `tid` is a thread of `pid`.
+pub fn is_thread_of(pid: i32, tid: i32) -> bool {
+    tid > 0 && std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gil() -> Gil {
+        Gil::new(&PyConfig {
+            holder_addr: 0x1008,
+            locked_addr: 0x1010,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_futex_inside_the_gil_state_is_a_gil_wait() {
+        let g = gil();
+        // take_gil: the condition variable, right after the four words.
+        assert!(g.is_gil_futex("202 0x1020 0x189 0x0 0x0 0x0 0xffffffff 0x7ffd 0x7f00\n"));
+        // The switch mutex, the state's last bytes.
+        assert!(g.is_gil_futex(&format!("202 {:#x} 0x80 0x2", 0x1000 + GIL_STATE_LEN - 40)));
+        // Another futex (a queue's lock), a read, a running thread.
+        assert!(!g.is_gil_futex(&format!("202 {:#x} 0x80 0x2", 0x1000 + GIL_STATE_LEN)));
+        assert!(!g.is_gil_futex("202 0x7f0012340000 0x189"));
+        assert!(!g.is_gil_futex("0 0x3 0x7f00 0x1000"));
+        assert!(!g.is_gil_futex("running\n"));
+        assert!(!g.is_gil_futex(""));
+    }
+
+    #[test]
+    fn glibc_keeps_each_thread_s_id_at_one_offset() {
+        let off = pthread_tid_offset().expect("found");
+        // SAFETY: pthread_self() has no preconditions and cannot fail.
+        let mine = unsafe { libc::pthread_self() } as u64 + off as u64;
+        let mut b = [0u8; 4];
+        Memory::new(std::process::id() as i32)
+            .read(mine, &mut b)
+            .expect("read");
+        assert_eq!(i32::from_ne_bytes(b), nix::unistd::gettid().as_raw());
+    }
+
+    /// The holder read in one go, in either order of the two fields
+    /// (3.9-3.12: `last_holder` then `locked`; 3.13's debug offsets put
+    /// them so too, at other places), from this process's memory.
+    #[test]
+    fn the_holder_counts_only_while_locked() {
+        let me = Memory::new(std::process::id() as i32);
+        let state: [u64; 4] = [5000, 0xabc0, 1, 0];
+        let base = state.as_ptr() as u64;
+        let g = Gil::new(&PyConfig {
+            holder_addr: base + 8,
+            locked_addr: base + 16,
+            ..Default::default()
+        });
+        assert_eq!(g.now(&me), Some(GilNow { holder: 0xabc0 }));
+        let unlocked: [u64; 4] = [5000, 0xabc0, 0, 0];
+        let g = Gil::new(&PyConfig {
+            holder_addr: unlocked.as_ptr() as u64 + 8,
+            locked_addr: unlocked.as_ptr() as u64 + 16,
+            ..Default::default()
+        });
+        assert_eq!(g.now(&me), Some(GilNow { holder: 0 }));
+        // Locked first, then the holder.
+        let swapped: [u64; 3] = [1, 0xdef0, 0];
+        let g = Gil::new(&PyConfig {
+            holder_addr: swapped.as_ptr() as u64 + 8,
+            locked_addr: swapped.as_ptr() as u64,
+            ..Default::default()
+        });
+        assert_eq!(g.now(&me), Some(GilNow { holder: 0xdef0 }));
+        std::hint::black_box((&state, &unlocked, &swapped));
+    }
+
+    /// This process's own GIL-less threads: the holder check and the
+    /// kernel's answer for a thread blocked elsewhere.
+    #[test]
+    fn a_thread_asleep_elsewhere_does_not_wait_for_the_gil() {
+        let pid = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel::<i32>();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let _ = tx.send(nix::unistd::gettid().as_raw());
+            let _ = stop_rx.recv_timeout(std::time::Duration::from_secs(2));
+        });
+        let tid = rx.recv().expect("tid");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(is_thread_of(pid, tid));
+        assert_eq!(
+            gil().waits(GilNow::default(), pid, tid, 0x5000),
+            Some(false)
+        );
+        assert_eq!(
+            gil().waits(GilNow { holder: 0x5000 }, pid, tid, 0x5000),
+            Some(false)
+        );
+        drop(stop_tx);
+        let _ = t.join();
+        assert!(!is_thread_of(pid, -1));
+    }
+}
