@@ -327,8 +327,15 @@ pub(crate) fn receiving_note(m: &Model, observed: f64) -> Option<String> {
             fmt::pct(own_gil)
         )
     } else {
+        let sharer = match d.workers_gil.get("send") {
+            Some(&g) if g > 0.0 => format!(
+                ", which waited for it {} of the time the workers spent handing batches over",
+                fmt::pct(g)
+            ),
+            _ => String::new(),
+        };
         match d.sharing_strategy.as_deref() {
-            Some("file_descriptor") => ": under the file_descriptor sharing strategy each tensor's descriptor comes from the sending worker's resource-sharer thread, which waits for that worker's GIL".into(),
+            Some("file_descriptor") => format!(": under the file_descriptor sharing strategy each tensor's descriptor comes from the sending worker's resource-sharer thread, which needs that worker's GIL{sharer}"),
             _ => String::new(),
         }
     };

@@ -142,6 +142,9 @@ pub struct DataLoaderFacts {
     /// Per stage of the training loop: the share of its time the loop
     /// waited for the training process's GIL (empty: not told).
     pub training_gil: std::collections::BTreeMap<String, f64>,
+    /// The same for the workers' stages, all workers together (`send`:
+    /// their feeders and resource sharers handing batches over).
+    pub workers_gil: std::collections::BTreeMap<String, f64>,
 }
 
 impl DataLoaderFacts {
@@ -166,12 +169,8 @@ impl DataLoaderFacts {
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
             sharing_strategy: Some(d.sharing_strategy.clone()).filter(|s| !s.is_empty()),
-            training_gil: d
-                .training_gil_shares
-                .iter()
-                .filter(|(_, v)| v.is_finite())
-                .map(|(k, v)| (k.clone(), v.clamp(0.0, 1.0)))
-                .collect(),
+            training_gil: shares(&d.training_gil_shares),
+            workers_gil: shares(&d.workers_gil_shares),
         }
     }
 
@@ -180,6 +179,14 @@ impl DataLoaderFacts {
     pub fn gil(&self, stage: &str) -> f64 {
         self.training_gil.get(stage).copied().unwrap_or(0.0)
     }
+}
+
+/// A map of shares as read: finite, within [0, 1].
+fn shares(m: &std::collections::BTreeMap<String, f64>) -> std::collections::BTreeMap<String, f64> {
+    m.iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(k, v)| (k.clone(), v.clamp(0.0, 1.0)))
+        .collect()
 }
 
 fn nonneg(x: i64) -> u64 {

@@ -273,6 +273,22 @@ fn receiving_through_descriptors_is_noted() {
         .find(|n| n.contains("receiving batches"))
         .expect("receiving note");
     assert!(note.contains("file_descriptor"), "{note}");
+    assert!(!note.contains("waited for it"), "{note}");
+    // The workers' send stage waited for their GIL: the note says how much.
+    let mut s = with_loop(&p, 2, true, &shares, "file_descriptor");
+    if let Some(d) = s.dataloader.as_mut() {
+        d.workers_gil_shares = [("send".to_string(), 0.55)].into();
+    }
+    let r = analyze(&s, &ov).expect("analyze").into_report();
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("receiving batches"))
+        .expect("receiving note");
+    assert!(
+        note.contains("which waited for it 55% of the time the workers spent handing batches over"),
+        "{note}"
+    );
 }
 
 /// A training loop that waits for its own process's GIL (another Python

@@ -218,6 +218,11 @@ impl Frames {
         Some(out)
     }
 
+    /// Whether some thread held the GIL at the last walk.
+    pub fn gil_held(&self) -> bool {
+        self.gil_now.is_some_and(|g| g.holder != 0)
+    }
+
     /// Whether the thread of `s` (from the last walk) waits for the GIL;
     /// None when that cannot be told (its kernel id or the GIL unknown).
     pub fn gil_wait(&self, s: &Stack) -> Option<bool> {

@@ -23,7 +23,7 @@ use tracing::debug;
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, Named, SharedNames, Stack};
 use super::spans::{Role, Seen, StageSpans};
-use super::stage::{classify, sharing_strategy, Frame, Stage};
+use super::stage::{classify, is_sharer, sharing_strategy, Frame, Stage};
 use crate::clock::now_ns;
 use crate::cost::Thin;
 use crate::python::PyProcess;
@@ -399,22 +399,24 @@ impl Run {
         let mut workers = Vec::new();
         for (&pid, w) in self.workers.iter_mut() {
             if let Some(stacks) = w.frames.as_mut().and_then(Frames::stacks) {
-                let stages = worker_stages(&stacks);
-                for &(st, in_loop, s) in &stages {
-                    let role = if in_loop {
-                        Role::WorkerLoop(w.id)
-                    } else {
-                        Role::Feeder(w.id)
+                let Some(frames) = w.frames.as_ref() else {
+                    continue;
+                };
+                let stages = worker_stages(&stacks, frames);
+                for t in &stages {
+                    let role = match t.thread {
+                        WorkerThread::Loop => Role::WorkerLoop(w.id),
+                        WorkerThread::Feeder => Role::Feeder(w.id),
+                        WorkerThread::Sharer => Role::Sharer(w.id),
                     };
-                    let seen = seen(pid, &w.name, role, st, s);
-                    self.recorder.record(&seen, s, start_ns, end_ns);
+                    let seen = seen(pid, &w.name, role, t.stage, t.stack);
+                    self.recorder.record(&seen, t.stack, start_ns, end_ns);
                 }
-                let frames = w.frames.as_ref();
                 workers.push((
                     pid,
                     stages
                         .into_iter()
-                        .map(|(st, _, s)| (st, frames.and_then(|f| gil_wait(f, st, s))))
+                        .map(|t| (t.stage, t.gil))
                         .collect::<Vec<_>>(),
                 ));
             }
@@ -544,6 +546,7 @@ fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a St
         pid,
         process,
         thread_id: s.thread_id,
+        tid: s.tid,
         role,
         stage,
         leaf: s.frames.last(),
@@ -556,17 +559,63 @@ fn is_pin_thread(s: &Stack) -> bool {
         .any(|f| Frame::name(f) == "_pin_memory_loop")
 }
 
-/// A worker's stages this tick, with whether the thread is the worker's
-/// loop and the stacks that are in them: its main thread's (the one in
-/// `_worker_loop`), and Send when its result queue's feeder is busy.
-fn worker_stages(stacks: &[Stack]) -> Vec<(Stage, bool, &Stack)> {
+/// Which thread of a worker a stage is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerThread {
+    /// Its main thread, in `_worker_loop`.
+    Loop,
+    /// Its result queue's feeder.
+    Feeder,
+    /// Its resource-sharer thread.
+    Sharer,
+}
+
+/// A worker's thread in a stage at a tick, and whether it waited for the
+/// worker's GIL (None: not told).
+struct WorkerTick<'s> {
+    stage: Stage,
+    thread: WorkerThread,
+    stack: &'s Stack,
+    gil: Option<bool>,
+}
+
+/// A worker's stages this tick: its main thread's (the one in
+/// `_worker_loop`), and Send while its result queue's feeder or its
+/// resource sharer is busy. A sharer back from `accept` that waits for
+/// the GIL is busy: it has a connection to serve.
+fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<WorkerTick<'s>> {
     let mut out = Vec::with_capacity(2);
     for s in stacks.iter().filter(|s| s.complete) {
-        let st = classify(&s.frames);
-        let in_loop = s.frames.iter().any(|f| Frame::name(f) == "_worker_loop");
-        if in_loop || st == Stage::Send {
-            out.push((st, in_loop, s));
+        let mut stage = classify(&s.frames);
+        let thread = if s.frames.iter().any(|f| Frame::name(f) == "_worker_loop") {
+            WorkerThread::Loop
+        } else if is_sharer(&s.frames) {
+            WorkerThread::Sharer
+        } else if stage == Stage::Send {
+            WorkerThread::Feeder
+        } else {
+            continue;
+        };
+        let mut gil = gil_wait(frames, stage, s);
+        if thread == WorkerThread::Sharer && stage == Stage::Idle {
+            // A free GIL has no waiter to speak of: the kernel is asked
+            // only while another thread holds it.
+            gil = if frames.gil_held() {
+                frames.gil_wait(s)
+            } else {
+                Some(false)
+            };
+            if gil != Some(true) {
+                continue;
+            }
+            stage = Stage::Send;
         }
+        out.push(WorkerTick {
+            stage,
+            thread,
+            stack: s,
+            gil,
+        });
     }
     out
 }

@@ -34,6 +34,9 @@ pub enum Role {
     WorkerLoop(u32),
     /// A worker's result-queue feeder thread, by worker id.
     Feeder(u32),
+    /// A worker's resource-sharer thread (it hands the training loop each
+    /// tensor's file descriptor), by worker id.
+    Sharer(u32),
 }
 
 impl Role {
@@ -43,6 +46,7 @@ impl Role {
             Role::PinMemory => "pin memory".into(),
             Role::WorkerLoop(id) => format!("worker {id}"),
             Role::Feeder(id) => format!("worker {id} feeder"),
+            Role::Sharer(id) => format!("worker {id} resource sharer"),
         }
     }
 
@@ -59,6 +63,8 @@ pub struct Seen<'a> {
     pub process: &'a Arc<str>,
     /// CPython's thread id (pthread_self()).
     pub thread_id: u64,
+    /// Its kernel id; 0 when not known.
+    pub tid: i32,
     pub role: Role,
     pub stage: Stage,
     /// The innermost Python frame.
@@ -71,8 +77,8 @@ struct Track {
     process: Arc<str>,
     thread: String,
     /// The pid for the process's loop thread (a worker's loop runs in its
-    /// main thread), else 1, 2, ...: CPython's thread states do not hold
-    /// the OS thread id on every version.
+    /// main thread), else the thread's kernel id, or 1, 2, ... where that
+    /// is not known (`frames::Stack::tid`).
     tid: u32,
 }
 
@@ -164,6 +170,8 @@ impl StageSpans {
         let pid = s.pid.unsigned_abs();
         let tid = if s.role.is_loop() {
             pid
+        } else if s.tid > 0 && s.tid.unsigned_abs() != pid {
+            s.tid.unsigned_abs()
         } else {
             let n = self.helpers.entry(s.pid).or_default();
             *n += 1;
@@ -265,6 +273,13 @@ mod tests {
                         pid,
                         process: &names[&pid],
                         thread_id,
+                        // Threads numbered from 1000 have a known kernel
+                        // id: the number.
+                        tid: if thread_id >= 1000 {
+                            thread_id as i32
+                        } else {
+                            0
+                        },
                         role,
                         stage,
                         leaf: (!leaf.0.is_empty()).then_some(&leaf),
@@ -286,6 +301,22 @@ mod tests {
             (s.start_ns - 1_000_000_000) / 1_000_000,
             (s.end_ns - 1_000_000_000) / 1_000_000,
         )
+    }
+
+    #[test]
+    fn a_helper_thread_s_track_is_its_kernel_id_where_known() {
+        use Role::*;
+        use Stage::*;
+        let (spans, _) = run(
+            &[&[
+                (101, 1, WorkerLoop(0), GetItem, "decode"),
+                (101, 4321, Sharer(0), Send, "recv_bytes"),
+                (101, 2, Feeder(0), Send, "send_bytes"),
+            ]],
+            0,
+        );
+        let tids: Vec<(u32, u32)> = spans.iter().map(|s| (s.pid, s.tid)).collect();
+        assert_eq!(tids, [(101, 101), (101, 4321), (101, 1)], "{spans:?}");
     }
 
     #[test]

@@ -75,6 +75,13 @@ fn is_collate(f: &impl Frame) -> bool {
     in_file(f, "torch/utils/data/_utils/collate.py") || f.name().contains("collate")
 }
 
+/// A resource-sharer thread: multiprocessing/resource_sharer.py `_serve`.
+pub fn is_sharer<F: Frame>(frames: &[F]) -> bool {
+    frames
+        .iter()
+        .any(|f| f.name() == "_serve" && in_file(f, "multiprocessing/resource_sharer.py"))
+}
+
 /// The stage of a thread whose frames are `frames`, outermost first.
 pub fn classify<F: Frame>(frames: &[F]) -> Stage {
     // The fetcher: the dataset's items, then the collate function. What
@@ -114,6 +121,17 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
             Stage::Send
         } else {
             Stage::Idle
+        };
+    }
+    // A worker's resource-sharer thread hands the training loop a
+    // tensor's file descriptor (the file_descriptor sharing strategy):
+    // busy past `accept`; in it, waiting for the loop's next connection,
+    // or back from it and waiting for the GIL (the sampler tells which).
+    if is_sharer(frames) {
+        return if frames.last().is_some_and(|f| f.name() == "accept") {
+            Stage::Idle
+        } else {
+            Stage::Send
         };
     }
     if let Some(w) = frames
@@ -371,6 +389,18 @@ mod tests {
         let mut pinning = pin.to_vec();
         pinning.push(("pin_memory", "/t/torch/utils/data/_utils/pin_memory.py"));
         assert_eq!(st(&pinning), Stage::PinMemory);
+        let rs = "/usr/lib/python3.11/multiprocessing/resource_sharer.py";
+        let c = "/usr/lib/python3.11/multiprocessing/connection.py";
+        let sharer = [("run", "threading.py"), ("_serve", rs), ("accept", c)];
+        assert_eq!(st(&sharer), Stage::Idle);
+        assert!(is_sharer(&st_frames(&sharer)));
+        let serving = [
+            ("run", "threading.py"),
+            ("_serve", rs),
+            ("deliver_challenge", c),
+            ("recv_bytes", c),
+        ];
+        assert_eq!(st(&serving), Stage::Send);
         let q = "/usr/lib/python3.11/multiprocessing/queues.py";
         let feed = [
             ("run", "threading.py"),
