@@ -20,6 +20,10 @@ pub struct PyObjectsArgs {
     /// A type name: the objects of that type the threads' frames hold.
     #[arg(long)]
     find: Vec<String>,
+    /// Look at the threads this many times, 20 ms apart: each one's
+    /// `thread_id`, kernel id and whether it waited for the GIL.
+    #[arg(long, default_value_t = 0)]
+    thread_samples: u32,
 }
 
 pub fn run(a: &PyObjectsArgs) -> anyhow::Result<ExitCode> {
@@ -50,9 +54,37 @@ pub fn run(a: &PyObjectsArgs) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    let out = json!({"minor": py.offsets.minor, "reads": reads, "found": found});
+    let threads = thread_samples(&py, a.thread_samples);
+    let out =
+        json!({"minor": py.offsets.minor, "reads": reads, "found": found, "threads": threads});
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The threads as the DataLoader's stage sampler sees them, `n` times.
+fn thread_samples(py: &PyProcess, n: u32) -> Vec<Value> {
+    let mut frames = crate::torch::frames::Frames::new(py);
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let stacks = frames.stacks().unwrap_or_default();
+            Value::Array(
+                stacks
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "thread_id": s.thread_id,
+                            "tid": s.tid,
+                            "gil_wait": frames.gil_wait(s),
+                            "function": s.frames.last().map(|f| f.0.to_string()),
+                        })
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 fn read(objs: &Objects, spec: &str) -> Result<Value, ObjError> {

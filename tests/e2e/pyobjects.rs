@@ -7,7 +7,9 @@
 //! 3.13 (pyenv's, and a static /usr/bin/python3.11 where there is one):
 //! every value must match exactly, and the iterators the workload's frames
 //! hold (a local, the loop's value stack, an attribute of a local) must be
-//! found where it says.
+//! found where it says. With threads that take turns at the GIL, the
+//! stage sampler's view of each thread (its kernel id, whether it waits
+//! for the GIL) against the threads' own word.
 
 use std::path::Path;
 
@@ -113,4 +115,55 @@ fn pyobjects_of_a_static_interpreter() {
     }
     let storages = check(p, "/usr/bin/python3.11 (static)");
     assert!(storages.len() == 3, "{storages:?}");
+}
+
+/// Each thread's kernel id as the DataLoader's stage sampler derives it
+/// (3.11+: `native_thread_id`; 3.9/3.10: glibc's thread descriptor), and
+/// its GIL waits, on every CPython from 3.9 to 3.13: a thread spins in
+/// Python while the main thread wakes every millisecond and must wait,
+/// each time, for the spinner to hand it the GIL (up to the 5 ms switch
+/// interval). Every thread is found with the id it printed; the main
+/// thread is seen waiting for the GIL in most samples, the spinner in few.
+#[test]
+fn thread_ids_and_gil_waits_3_9_to_3_13() {
+    require_root();
+    for v in VERSIONS {
+        let what = format!("CPython {v}");
+        let w = Workload::start_in(&[], &pyenv_python(v), "py_objects.py", &["--spinners", "1"]);
+        let threads = json_lines(&w.snapshot_lines(), "THREAD ");
+        assert_eq!(threads.len(), 2, "{what}: {threads:?}");
+        let pid = w.pid.to_string();
+        let o = run_probe(&["py-objects", "--pid", &pid, "--thread-samples", "40"]);
+        assert!(
+            o.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out: Value = serde_json::from_slice(&o.stdout).expect("py-objects JSON");
+        let samples = out["threads"].as_array().expect("threads");
+        assert_eq!(samples.len(), 40, "{what}");
+        // Samples in which each of the two waited: [main, spinner].
+        let mut waited = [0usize; 2];
+        for sample in samples {
+            let seen = sample.as_array().expect("a sample");
+            for t in &threads {
+                let s = seen
+                    .iter()
+                    .find(|s| s["thread_id"] == t["ident"])
+                    .unwrap_or_else(|| panic!("{what}: {t} not in {sample}"));
+                assert_eq!(s["tid"], t["tid"], "{what}: {s} against {t}");
+                let waits = s["gil_wait"].as_bool();
+                assert!(waits.is_some(), "{what}: not told: {s}");
+                waited[usize::from(t["spins"] == true)] += usize::from(waits == Some(true));
+            }
+        }
+        eprintln!(
+            "{what}: the main thread waited for the GIL in {} of 40 samples, the spinner in {}",
+            waited[0], waited[1]
+        );
+        assert!(
+            waited[0] >= 20 && waited[1] <= 12,
+            "{what}: {waited:?}\n{out}"
+        );
+    }
 }

@@ -5,10 +5,16 @@ the value there) and, for objects its frames hold, `FIND {json}`; then
 `READY` and it waits, inside a `for` loop whose iterator is on the frame's
 value stack, with another iterator in a local and a third as an attribute
 of a local. Runs until killed.
+
+With --spinners N it first starts N threads that run Python without end
+and prints `THREAD {json}` for each thread: its threading.get_ident() and
+its kernel id; its main thread then wakes every millisecond instead of
+sleeping an hour, and each time waits for a spinner to hand it the GIL.
 """
 import json
 import struct
 import sys
+import threading
 import time
 
 
@@ -142,6 +148,20 @@ def main():
     expect(swapped, "a", 31)
     expect(swapped, "b", 32)
 
+    spinners = 0
+    if "--spinners" in sys.argv:
+        spinners = int(sys.argv[sys.argv.index("--spinners") + 1])
+        started = []
+        for _ in range(spinners):
+            t = threading.Thread(target=_spin, daemon=True)
+            t.start()
+            started.append(t)
+        for t in [threading.main_thread()] + started:
+            while t.native_id is None:
+                time.sleep(0.01)
+            print("THREAD " + json.dumps({"ident": t.ident, "tid": t.native_id,
+                                          "spins": t is not threading.main_thread()}))
+
     it = LocalIter()
     loader = Loader()
     for found, via in ((it, "local"), (loader._iterator, "attr")):
@@ -153,8 +173,17 @@ def main():
         if step == 1:
             print("READY")
             sys.stdout.flush()
+        if spinners:
+            while True:
+                time.sleep(0.001)
         time.sleep(3600)
     print(it, loader, d, vals, many)
+
+
+def _spin():
+    x = 1
+    while True:
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
 if __name__ == "__main__":

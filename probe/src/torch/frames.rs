@@ -136,8 +136,6 @@ pub struct Frames {
 pub struct Stack {
     /// CPython's `thread_id` (pthread_self()).
     pub thread_id: u64,
-    /// The thread's state (what the GIL's `last_holder` names).
-    pub tstate: u64,
     /// Its kernel id; 0 when not known (see `crate::torch::gil`).
     pub tid: i32,
     pub frames: Vec<Named>,
@@ -203,13 +201,11 @@ impl Frames {
         let blocks = self.preload(&tops);
         self.gil_now = self.gil.now(&self.mem);
         let mut out = Vec::with_capacity(heads.len());
-        let states = self.threads.clone();
-        for (((head, top), block), tstate) in heads.iter().zip(tops).zip(blocks).zip(states) {
+        for ((head, top), block) in heads.iter().zip(tops).zip(blocks) {
             let (frames, complete) = self.walk(top, block);
             let thread_id = word_at(head, o.ts_thread_id as usize);
             out.push(Stack {
                 thread_id,
-                tstate,
                 tid: self.tid_of(head, thread_id),
                 frames,
                 complete,
@@ -226,9 +222,9 @@ impl Frames {
     /// Whether the thread of `s` (from the last walk) waits for the GIL;
     /// None when that cannot be told (its kernel id or the GIL unknown).
     pub fn gil_wait(&self, s: &Stack) -> Option<bool> {
-        let now = self.gil_now?;
+        self.gil_now?;
         (s.tid > 0).then_some(())?;
-        self.gil.waits(now, self.pid, s.tid, s.tstate)
+        self.gil.waits(self.pid, s.tid)
     }
 
     /// A thread's kernel id: its `native_thread_id` (3.11+), else the
