@@ -48,13 +48,17 @@ fn stall_gil(c: &Checked, who: &str) -> (f64, f64) {
 }
 
 /// The probe's share is that of its ticks (25 a second) that found the
-/// thread asleep on the GIL; in 12 runs it read 2 to 18 points under the
-/// loop's own, never over, which counts all the time the thread neither
-/// ran nor waited for a CPU.
+/// thread asleep on the GIL; the loop's own figure counts all its time
+/// neither on a CPU nor waiting for one. With the debug build the probe
+/// read 11-14 points under it (8 runs), with a release build 0-4: a
+/// tick's own burst of CPU keeps a loop thread woken right then off the
+/// two cores, and the tick finds it runnable, not asleep (a second reader
+/// of the same file beside a release build agreed with the probe to 0.2
+/// points). Hence 20 points.
 ///
 /// Without workers, a thread of the training process that runs Python
 /// without end makes the loader wait for the GIL: the probe's share of
-/// the loop's stall within 15 points of the loop's own; without that
+/// the loop's stall within 20 points of the loop's own; without that
 /// thread, nothing.
 #[test]
 fn dataloader_gil_waits_match_the_loop_s_own() {
@@ -76,7 +80,7 @@ fn dataloader_gil_waits_match_the_loop_s_own() {
     let (probe, want) = stall_gil(&c, who);
     assert!(want > 0.25, "{who}: the loop waited only {want:.3}");
     assert!(
-        (probe - want).abs() <= 0.15,
+        (probe - want).abs() <= 0.20,
         "{who}: the probe {probe:.3}, the loop {want:.3}\n{}",
         c.d
     );

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::mem::{word_at, Memory};
 use crate::python::{Offsets, PyProcess};
-use crate::torch::gil::{Gil, GilNow};
+use crate::torch::gil::Gil;
 
 /// Deepest stack walked.
 const MAX_FRAMES: usize = 256;
@@ -125,8 +125,6 @@ pub struct Frames {
     /// Frames whose code object could not be read.
     pub bad_frames: u64,
     gil: Gil,
-    /// The GIL as read right after the last walk's thread states.
-    gil_now: Option<GilNow>,
     /// 3.9/3.10 (no `native_thread_id`): kernel ids by `thread_id`, read
     /// from glibc's thread descriptors and checked once.
     pthread_tids: HashMap<u64, i32>,
@@ -162,7 +160,6 @@ impl Frames {
             walks: 0,
             bad_frames: 0,
             gil: Gil::new(&py.config),
-            gil_now: None,
             pthread_tids: HashMap::new(),
         }
     }
@@ -199,7 +196,6 @@ impl Frames {
             self.deref_all(&mut tops, u64::from(o.cframe_frame));
         }
         let blocks = self.preload(&tops);
-        self.gil_now = self.gil.now(&self.mem);
         let mut out = Vec::with_capacity(heads.len());
         for ((head, top), block) in heads.iter().zip(tops).zip(blocks) {
             let (frames, complete) = self.walk(top, block);
@@ -214,15 +210,16 @@ impl Frames {
         Some(out)
     }
 
-    /// Whether some thread held the GIL at the last walk.
-    pub fn gil_held(&self) -> bool {
-        self.gil_now.is_some_and(|g| g.holder != 0)
+    /// Whether some thread holds the GIL now (one read; None when it
+    /// cannot be read).
+    pub fn gil_held(&self) -> Option<bool> {
+        self.gil.now(&self.mem).map(|g| g.holder != 0)
     }
 
-    /// Whether the thread of `s` (from the last walk) waits for the GIL;
-    /// None when that cannot be told (its kernel id or the GIL unknown).
+    /// Whether the thread of `s` (from the last walk) waits for the GIL
+    /// now; None when that cannot be told (its kernel id not known, or
+    /// the kernel does not say).
     pub fn gil_wait(&self, s: &Stack) -> Option<bool> {
-        self.gil_now?;
         (s.tid > 0).then_some(())?;
         self.gil.waits(self.pid, s.tid)
     }

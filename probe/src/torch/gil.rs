@@ -9,13 +9,18 @@
 //! inside the interpreter's `_gil_runtime_state`, whose address the
 //! interpreter's offsets give. A thread that released the GIL for I/O or
 //! to sleep waits elsewhere and is not counted. Who holds the GIL
-//! (`Gil::now`) only says whether anyone could be waiting.
+//! (`Gil::now`) only says whether anyone could be waiting. Each thread's
+//! file stays open between ticks and is read again at offset 0.
 //!
 //! The thread's kernel id comes from its thread state's `native_thread_id`
 //! (3.11+), else from glibc's thread descriptor, whose `tid` field's
 //! offset is found in the probe's own threads (`pthread_tid_offset`); an
 //! id is used only when it is one of the process's threads.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use crate::mem::Memory;
@@ -29,15 +34,21 @@ const GIL_STATE_LEN: u64 = 4 * 8 + 2 * (48 + 40);
 const NR_FUTEX: u64 = 202;
 /// Bytes of a glibc thread descriptor searched for its `tid`.
 const PTHREAD_SEARCH: usize = 2048;
+/// Threads' `/proc/PID/task/TID/syscall` kept open, at most: a process's
+/// threads at a time, far fewer than this.
+const MAX_OPEN: usize = 256;
 
 /// Where a process's GIL lies, and how to read who holds it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Gil {
     holder_addr: u64,
     locked_addr: u64,
     /// `[lo, hi)`: the GIL's state, its condition variables and mutexes.
     lo: u64,
     hi: u64,
+    /// Each thread's syscall file, kept open and read again at offset 0
+    /// (one call a tick instead of an open, a read and a close), by tid.
+    files: RefCell<HashMap<i32, File>>,
 }
 
 /// The GIL at one instant.
@@ -56,6 +67,7 @@ impl Gil {
             locked_addr: cfg.locked_addr,
             lo,
             hi: lo + GIL_STATE_LEN,
+            files: RefCell::new(HashMap::new()),
         }
     }
 
@@ -83,8 +95,26 @@ impl Gil {
     /// by the time a walk of all threads is done, and a holder read then
     /// would call the one now waiting a holder.
     pub fn waits(&self, pid: i32, tid: i32) -> Option<bool> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
-        Some(self.is_gil_futex(&text))
+        let mut files = self.files.borrow_mut();
+        if !files.contains_key(&tid) {
+            if files.len() >= MAX_OPEN {
+                files.clear();
+            }
+            let f = File::open(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+            files.insert(tid, f);
+        }
+        let mut buf = [0u8; 256];
+        // A thread that ended answers ESRCH: its file goes (the id may
+        // come back as another thread's).
+        let n = match files.get(&tid)?.read_at(&mut buf, 0) {
+            Ok(n) => n,
+            Err(_) => {
+                files.remove(&tid);
+                return None;
+            }
+        };
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        Some(self.is_gil_futex(text))
     }
 
     /// A `/proc/PID/task/TID/syscall` line: a futex on the GIL's state.

@@ -600,10 +600,9 @@ fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<WorkerTick<'s>
         if thread == WorkerThread::Sharer && stage == Stage::Idle {
             // A free GIL has no waiter to speak of: the kernel is asked
             // only while another thread holds it.
-            gil = if frames.gil_held() {
-                frames.gil_wait(s)
-            } else {
-                Some(false)
+            gil = match frames.gil_held() {
+                Some(true) => frames.gil_wait(s),
+                held => held,
             };
             if gil != Some(true) {
                 continue;
