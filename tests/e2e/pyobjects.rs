@@ -123,7 +123,8 @@ fn pyobjects_of_a_static_interpreter() {
 /// Python while the main thread wakes every millisecond and must wait,
 /// each time, for the spinner to hand it the GIL (up to the 5 ms switch
 /// interval). Every thread is found with the id it printed; the main
-/// thread is seen waiting for the GIL in most samples, the spinner in few.
+/// thread is seen waiting for the GIL in a quarter of the samples or
+/// more, and more than twice as often as the spinner.
 #[test]
 fn thread_ids_and_gil_waits_3_9_to_3_13() {
     require_root();
@@ -161,8 +162,10 @@ fn thread_ids_and_gil_waits_3_9_to_3_13() {
             "{what}: the main thread waited for the GIL in {} of 40 samples, the spinner in {}",
             waited[0], waited[1]
         );
+        // Quiet: 26-36 and 0-1; in a CI run beside other work 17-22 and
+        // 3-5. The spinner waits too, on the switch, after each handover.
         assert!(
-            waited[0] >= 20 && waited[1] <= 12,
+            waited[0] >= 10 && waited[0] > 2 * waited[1],
             "{what}: {waited:?}\n{out}"
         );
     }
