@@ -360,6 +360,39 @@ fn parent_of(pid: i32) -> Option<i32> {
 mod tests {
     use super::*;
 
+    /// A file written for one test, removed with its directory on drop
+    /// (also when the test fails).
+    struct TestFile {
+        dir: std::path::PathBuf,
+        path: std::path::PathBuf,
+    }
+
+    impl TestFile {
+        fn new(tag: &str, bytes: &[u8]) -> Self {
+            let dir = std::env::temp_dir().join(format!("procio-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("dir");
+            let path = dir.join("data.bin");
+            std::fs::write(&path, bytes).expect("write");
+            TestFile { dir, path }
+        }
+    }
+
+    impl Drop for TestFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Loading BPF needs root (CI runs the tests as root): the tests that
+    /// load it are skipped otherwise.
+    fn root() -> bool {
+        let root = nix::unistd::geteuid().is_root();
+        if !root {
+            eprintln!("skipped: loading BPF needs root");
+        }
+        root
+    }
+
     #[test]
     fn relative_paths_are_made_absolute() {
         assert_eq!(normalize("/a/./b/../c//d"), "/a/c/d");
@@ -397,15 +430,12 @@ mod tests {
     /// are not. Needs root (CI runs the tests as root): skipped otherwise.
     #[test]
     fn children_are_followed_and_only_regular_files_count() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: loading BPF needs root");
+        if !root() {
             return;
         }
-        let dir = std::env::temp_dir().join(format!("procio-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("data.bin");
         let size = 3 * 1024 * 1024 + 17;
-        std::fs::write(&file, vec![7u8; size]).expect("write");
+        let data = TestFile::new("test", &vec![7u8; size]);
+        let file = &data.path;
         let mut obj = MaybeUninit::uninit();
         let mut io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
         let status = std::process::Command::new("sh")
@@ -416,7 +446,6 @@ mod tests {
         assert!(status.success());
         let (mono, _) = crate::clock::now_ns();
         let cut = io.cut(mono).expect("cut");
-        let _ = std::fs::remove_dir_all(&dir);
         let path = file.to_string_lossy();
         let of_file: Vec<&FileIo> = cut.files.iter().filter(|f| f.path == path).collect();
         let bytes: u64 = of_file.iter().map(|f| f.bytes_read).sum();
@@ -445,14 +474,11 @@ mod tests {
     /// a window's totals and its files agree at both edges. Needs root.
     #[test]
     fn counts_and_files_end_on_the_same_reads() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: loading BPF needs root");
+        if !root() {
             return;
         }
-        let dir = std::env::temp_dir().join(format!("procio-edge-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("data.bin");
-        std::fs::write(&file, vec![3u8; 1 << 20]).expect("write");
+        let data = TestFile::new("edge", &vec![3u8; 1 << 20]);
+        let file = &data.path;
         let mut obj = MaybeUninit::uninit();
         let mut io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
         let mut child = std::process::Command::new("sh")
@@ -482,7 +508,6 @@ mod tests {
             }
         }
         let _ = child.wait();
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(cuts_with_reads > 20, "{cuts_with_reads} cuts saw reads");
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
@@ -498,10 +523,8 @@ mod tests {
     fn procio_read_cost() {
         use crate::bpf::stats::{enable_run_time_stats, open_program, run_stats};
         use std::os::fd::AsFd;
-        let dir = std::env::temp_dir().join(format!("procio-cost-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let file = dir.join("data.bin");
-        std::fs::write(&file, vec![1u8; 64 << 20]).expect("write");
+        let data = TestFile::new("cost", &vec![1u8; 64 << 20]);
+        let file = &data.path;
         let dd = || {
             let t = std::time::Instant::now();
             let ok = std::process::Command::new("dd")
@@ -538,7 +561,6 @@ mod tests {
             );
         }
         io.drain();
-        let _ = std::fs::remove_dir_all(&dir);
         eprintln!(
             "dd, {reads} reads of 4 KiB: {:.0} ns a read unfollowed, {:.0} ns followed (+{:.0} ns)",
             plain * 1e9 / reads as f64,
