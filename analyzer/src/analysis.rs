@@ -96,16 +96,15 @@ fn bottleneck(m: &Model, base: &Evaluation) -> Option<Bottleneck> {
     };
     match base.limiter {
         Limiter::Op(u) => {
-            if let Some((v, why)) = crate::dl_advice::pool_bottleneck(m, base, u) {
-                return Some(make(v, Limit::Cpu, "op", why));
+            if let Some((v, why, limit)) = crate::dl_advice::pool_bottleneck(m, base, u) {
+                return Some(make(v, limit, "op", why));
             }
             let n = &m.nodes[u];
             let p = base.p_eff[u];
             let why = match n.limit {
                 Limit::Gil | Limit::Lock => {
                     let what = if n.limit == Limit::Gil { "the GIL" } else { "a lock" };
-                    let wait = n.lock_s + n.gil_s;
-                    let share = wait / (n.time_s + wait).max(1e-12);
+                    let share = n.wait_share();
                     let ceiling = if n.sigma > 0.0 { n.r1_eff / n.sigma } else { f64::INFINITY };
                     format!(
                         "its {} thread(s) wait on {what} {} of their time (serial share σ = {}): {} now, at most {} at any parallelism (Amdahl: S(p) = p/(1+σ(p−1)))",
@@ -407,16 +406,13 @@ fn node_reports(
                 .or_else(|| (u == g.top).then(|| "dataset".into())),
             ..Default::default()
         });
-        let contention = (n.lock_s + n.gil_s > 0.0).then(|| {
-            let wait = n.lock_s + n.gil_s;
-            Contention {
-                lock_wait_s: fin(n.lock_s),
-                gil_wait_s: fin(n.gil_s),
-                wait_share: fin(wait / (n.time_s + wait)),
-                serial_share: fin(n.sigma),
-                max_speedup: (n.sigma > 0.0).then(|| 1.0 / n.sigma),
-                useful_parallelism: opt(amdahl::useful_parallelism(n.sigma)),
-            }
+        let contention = (n.lock_s + n.gil_s > 0.0).then(|| Contention {
+            lock_wait_s: fin(n.lock_s),
+            gil_wait_s: fin(n.gil_s),
+            wait_share: fin(n.wait_share()),
+            serial_share: fin(n.sigma),
+            max_speedup: (n.sigma > 0.0).then(|| 1.0 / n.sigma),
+            useful_parallelism: opt(amdahl::useful_parallelism(n.sigma)),
         });
         nodes.push(NodeReport {
             measured: mn,

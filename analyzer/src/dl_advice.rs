@@ -7,7 +7,7 @@
 
 use crate::elsewhere::SHORTFALL;
 use crate::fmt;
-use crate::model::{Evaluation, Model};
+use crate::model::{Evaluation, Limit, Model};
 use crate::ops;
 use crate::prefetch::PrefetchAnalysis;
 use crate::report::{Elsewhere, Recommendation};
@@ -180,9 +180,14 @@ fn rate_opt(x: f64) -> Option<f64> {
 }
 
 /// The bottleneck where the workers' stage bounds the loader at `u` (its
-/// Collate node): the busier of its two ops, and why in the workers'
-/// terms. None for any other limiter.
-pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(usize, String)> {
+/// Collate node): the busier of its two ops, why in the workers' terms,
+/// and what limits it (a lock when get-item's workers serialise on one).
+/// None for any other limiter.
+pub(crate) fn pool_bottleneck(
+    m: &Model,
+    ev: &Evaluation,
+    u: usize,
+) -> Option<(usize, String, Limit)> {
     let p = m.pool.filter(|p| p.collate == u)?;
     let one = per_worker(m, p)?;
     let slower = |a: usize, b: usize| match (m.nodes[a].r1, m.nodes[b].r1) {
@@ -205,14 +210,28 @@ pub(crate) fn pool_bottleneck(m: &Model, ev: &Evaluation, u: usize) -> Option<(u
             format!("on {now} worker(s)"),
         )
     };
+    let g = &m.nodes[p.get_item];
+    let (limit, lock) = if g.limit == Limit::Lock && now > 0 {
+        let share = g.wait_share();
+        (
+            Limit::Lock,
+            format!(
+                "; get-item's workers waited on a lock {} of its time (serial share σ = {}): they serialise on something they share, and more of them do not scale it",
+                fmt::pct(share),
+                fmt::num(g.sigma)
+            ),
+        )
+    } else {
+        (Limit::Cpu, String::new())
+    };
     let why = format!(
-        "{who} the items and collate them one after the other: {} s per batch ({} on one) {on} ⇒ at most {}{}",
+        "{who} the items and collate them one after the other: {} s per batch ({} on one) {on} ⇒ at most {}{}{lock}",
         fmt::num(1.0 / one),
         fmt::rate(Some(one)),
         fmt::rate(rate_opt(ev.rate)),
         get_item_reads(m, p.get_item)
     );
-    Some((node, why))
+    Some((node, why, limit))
 }
 
 /// What the get-item stage read from files, as a clause of the

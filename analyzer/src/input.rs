@@ -145,6 +145,11 @@ pub struct DataLoaderFacts {
     /// The same for the workers' stages, all workers together (`send`:
     /// their feeders and resource sharers handing batches over).
     pub workers_gil: std::collections::BTreeMap<String, f64>,
+    /// Per stage of the training loop: the share of its time it waited on
+    /// a lock, a condition or a semaphore (empty: not told).
+    pub training_lock: std::collections::BTreeMap<String, f64>,
+    /// The same for the workers' stages, all workers together.
+    pub workers_lock: std::collections::BTreeMap<String, f64>,
 }
 
 impl DataLoaderFacts {
@@ -171,6 +176,8 @@ impl DataLoaderFacts {
             sharing_strategy: Some(d.sharing_strategy.clone()).filter(|s| !s.is_empty()),
             training_gil: shares(&d.training_gil_shares),
             workers_gil: shares(&d.workers_gil_shares),
+            training_lock: shares(&d.training_lock_shares),
+            workers_lock: shares(&d.workers_lock_shares),
         }
     }
 

@@ -73,6 +73,8 @@ pub(crate) struct NodeModel {
     /// Lock and GIL wait, seconds.
     pub lock_s: f64,
     pub gil_s: f64,
+    /// Time on a core (CPU, or wall less the waits in wallclock mode).
+    pub busy_s: f64,
     pub minibatches: f64,
     /// Per-core rate R1 (root elements/s); None: no time (unbounded) or no
     /// elements (nothing to measure).
@@ -131,6 +133,7 @@ impl NodeModel {
             time_s: 0.0,
             wall_s: 0.0,
             lock_s: 0.0,
+            busy_s: 0.0,
             gil_s: 0.0,
             minibatches: 0.0,
             r1: None,
@@ -146,6 +149,19 @@ impl NodeModel {
             busy: 0.0,
             disk_bytes_per_root: 0.0,
             rank: None,
+        }
+    }
+
+    /// The share of its threads' time they waited on locks and the GIL:
+    /// W/(C+W), C the time on a core (in wallclock mode the wall time
+    /// holds the waits).
+    pub(crate) fn wait_share(&self) -> f64 {
+        let wait = self.lock_s + self.gil_s;
+        let all = self.busy_s.max(0.0) + wait;
+        if all > 0.0 {
+            wait / all
+        } else {
+            0.0
         }
     }
 
@@ -175,6 +191,7 @@ impl NodeModel {
         self.time_s = time_s;
         self.lock_s = lock_s;
         self.gil_s = gil_s;
+        self.busy_s = busy_s;
         self.minibatches = elements as f64 / self.visit;
         self.observed_rate = elements as f64 / elapsed_s / self.visit;
         self.cores_used = time_s / elapsed_s;

@@ -353,12 +353,19 @@ fn current_knob(m: &Model, sc: &Scenario, k: usize) -> f64 {
 /// The op bounds the pipeline at its parallelism: remove its wait, or give
 /// it the LP's parallelism.
 fn op_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move, Step)> {
-    let n = &m.nodes[u];
     // More threads first, as far as they help: for an op that waits, the
     // LP caps it where another thread would add < 10%.
     if let Some(mv) = parallelism_move(m, sc, ev, u) {
         return Some(mv);
     }
+    let waits = |u: usize| matches!(m.limit_in(u, sc, &ev.p_eff), Limit::Gil | Limit::Lock);
+    // A DataLoader's workers run both of its stages: the one that waits
+    // is get-item where collate does not.
+    let u = match m.pool {
+        Some(p) if p.collate == u && !waits(u) => p.get_item,
+        _ => u,
+    };
+    let n = &m.nodes[u];
     let limit = m.limit_in(u, sc, &ev.p_eff);
     if matches!(limit, Limit::Gil | Limit::Lock) {
         let what = if limit == Limit::Gil {
@@ -366,13 +373,7 @@ fn op_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move,
         } else {
             "a lock"
         };
-        let busy = n.time_s.max(0.0);
-        let wait = n.lock_s + n.gil_s;
-        let share = if busy + wait > 0.0 {
-            wait / (busy + wait)
-        } else {
-            0.0
-        };
+        let share = n.wait_share();
         let ceiling = if n.sigma > 0.0 {
             n.r1_eff / n.sigma
         } else {
@@ -386,6 +387,8 @@ fn op_move(m: &Model, sc: &Scenario, ev: &Evaluation, u: usize) -> Option<(Move,
         };
         let fix = if limit == Limit::Gil {
             "move the Python code out of the GIL (TensorFlow ops instead of tf.py_function/tf.numpy_function, or vectorise it)"
+        } else if ops::is_dl_workers(&n.op) {
+            "remove what the workers serialise on in the dataset's __getitem__ (a multiprocessing.Lock, a Manager's objects, a shared file or database handle), or hold it for less of each item"
         } else {
             "remove the shared state the threads serialise on (a stateful op, a shared generator or resource)"
         };

@@ -22,6 +22,8 @@ pub struct SynthStats {
     pub wall_s: f64,
     /// `aggregate_wait_time` (storage wait for readers).
     pub wait_s: f64,
+    /// Lock waits (`probe_lock_wait_ns`), seconds.
+    pub lock_s: f64,
     /// Parallelism of one instance.
     pub parallelism: i64,
     /// Live instances (Plumber sums parallelism over them).
@@ -92,6 +94,10 @@ impl SynthOp {
     }
     pub fn wait(mut self, s: f64) -> Self {
         self.st().wait_s = s;
+        self
+    }
+    pub fn lock(mut self, s: f64) -> Self {
+        self.st().lock_s = s;
         self
     }
     pub fn par(mut self, p: i64) -> Self {
@@ -210,6 +216,7 @@ fn op_stats(o: &SynthOp) -> Option<OpStats> {
         aggregate_elements_consumed: s.files_opened,
         cardinality: s.cardinality,
         aggregate_avg_number_active_threads: 1.0,
+        probe_lock_wait_ns: ns(s.lock_s),
         ..Default::default()
     })
 }

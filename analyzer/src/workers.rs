@@ -22,6 +22,7 @@
 //! recommendation gives one `num_workers`, the stage's, which is at least
 //! what either op would want alone.
 
+use crate::amdahl;
 use crate::lp::LpItem;
 use crate::ops;
 
@@ -80,15 +81,29 @@ pub(crate) fn merge(c: LpItem, g: LpItem) -> LpItem {
     let (tc, tg) = (inv(c.rate_per_core), inv(g.rate_per_core));
     let t = tc + tg;
     let cpu = inv(c.cpu_rate) + inv(g.cpu_rate);
+    let serial_share = if t > 0.0 {
+        (c.serial_share * tc + g.serial_share * tg) / t
+    } else {
+        0.0
+    };
+    // Each cap is the useful point of a stage that waits (never under its
+    // workers now), else the cores. The stage's own useful point rules
+    // where it waits: a stage that cannot be scaled past it (workers that
+    // serialise on a lock in `__getitem__`) is not given more workers
+    // for the part that could.
+    let most = c.cap.max(g.cap);
+    let cap = if serial_share > 0.0 {
+        amdahl::useful_parallelism(serial_share)
+            .max(c.cap.min(g.cap))
+            .min(most)
+    } else {
+        most
+    };
     LpItem {
         rate_per_core: inv(t),
         cpu_rate: inv(cpu),
-        serial_share: if t > 0.0 {
-            (c.serial_share * tc + g.serial_share * tg) / t
-        } else {
-            0.0
-        },
-        cap: c.cap.max(g.cap),
+        serial_share,
+        cap,
     }
 }
 
@@ -127,5 +142,28 @@ mod tests {
         assert!((m.cpu_rate - 1.0 / 0.15).abs() < 1e-9);
         assert!((m.serial_share - 0.1).abs() < 1e-12);
         assert_eq!(m.cap, 4.0);
+        // A stage that waits most of its time: the merged stage's useful
+        // point (σ = 0.45: 3), not the cores the other stage could use.
+        let g = LpItem {
+            serial_share: 0.9,
+            cap: 2.0,
+            ..g
+        };
+        let c = LpItem { cap: 8.0, ..c };
+        let m = merge(c, g);
+        assert_eq!(m.cap, 3.0);
+        // Neither waits: the cores.
+        let g = LpItem {
+            serial_share: 0.0,
+            ..g
+        };
+        let m = merge(
+            LpItem {
+                serial_share: 0.0,
+                ..c
+            },
+            g,
+        );
+        assert_eq!(m.cap, 8.0);
     }
 }

@@ -114,6 +114,45 @@ fn workers_bound_loader_gets_more_workers() {
     assert_eq!(r.lp.parallelism.get("Collate"), Some(&4));
 }
 
+/// Workers that serialise on a lock they share (a `multiprocessing.Lock`
+/// in `__getitem__`): the stage's lock waits, charged to its op as a
+/// TensorFlow op's are, say that more workers cannot help, and what to
+/// change instead.
+#[test]
+fn workers_serialised_on_a_lock_get_no_more_workers() {
+    // Two workers busy 56 of 60 s each; get-item waited on the lock 50 of
+    // its 100 s.
+    let mut p = loader(1200, 100.0, 12.0, 2, 8);
+    p.ops[1] = p.ops[1].clone().lock(50.0);
+    let r = report(&p, &MachineOverrides::default());
+    speaks_dataloader(&r);
+    // First the lock; more workers only after it, assuming it gone.
+    let first = r.recommendations.first().expect("a recommendation");
+    assert_eq!(
+        (first.kind.as_str(), first.node.as_str()),
+        ("lock", "GetItem")
+    );
+    assert!(
+        first.why.contains("wait on a lock 50% of their time"),
+        "{}",
+        first.why
+    );
+    assert!(first.why.contains("__getitem__"), "{}", first.why);
+    let b = r.bottleneck.as_ref().expect("bottleneck");
+    assert_eq!(b.reason, "lock");
+    assert!(
+        b.why.contains("waited on a lock 50% of its time"),
+        "{}",
+        b.why
+    );
+    // Without the waits, the same loader gets more workers.
+    let r = report(
+        &loader(1200, 100.0, 12.0, 2, 8),
+        &MachineOverrides::default(),
+    );
+    assert!(workers_rec(&r).is_some_and(|w| w.value > 2.0));
+}
+
 #[test]
 fn the_bottleneck_says_what_get_item_read() {
     // The workers' get-item read 384 MB of files in the window, 5 of its
@@ -258,6 +297,14 @@ fn epoch_edges_get_persistent_workers() {
     }
 }
 
+/// The note on the training loop's time receiving batches.
+fn receiving_note(r: &Report) -> &str {
+    r.notes
+        .iter()
+        .find(|n| n.contains("receiving batches"))
+        .expect("receiving note")
+}
+
 #[test]
 fn receiving_through_descriptors_is_noted() {
     let p = loader(600, 3.0, 0.5, 2, 4);
@@ -267,11 +314,7 @@ fn receiving_through_descriptors_is_noted() {
         .expect("analyze")
         .into_report();
     assert!(rec(&r, "ipc").is_none(), "a note, not a change");
-    let note = r
-        .notes
-        .iter()
-        .find(|n| n.contains("receiving batches"))
-        .expect("receiving note");
+    let note = receiving_note(&r);
     assert!(note.contains("file_descriptor"), "{note}");
     assert!(!note.contains("waited for it"), "{note}");
     // The workers' send stage waited for their GIL: the note says how much.
@@ -280,11 +323,7 @@ fn receiving_through_descriptors_is_noted() {
         d.workers_gil_shares = [("send".to_string(), 0.55)].into();
     }
     let r = analyze(&s, &ov).expect("analyze").into_report();
-    let note = r
-        .notes
-        .iter()
-        .find(|n| n.contains("receiving batches"))
-        .expect("receiving note");
+    let note = receiving_note(&r);
     assert!(
         note.contains("which waited for it 55% of the time the workers spent handing batches over"),
         "{note}"
@@ -309,11 +348,7 @@ fn the_loop_s_own_gil_is_named() {
     assert_eq!(e.by, "gil", "{e:?}");
     assert!(e.why.contains("its own process's GIL 63%"), "{}", e.why);
     assert!(workers_rec(&r).is_none());
-    let note = r
-        .notes
-        .iter()
-        .find(|n| n.contains("receiving batches"))
-        .expect("receiving note");
+    let note = receiving_note(&r);
     assert!(
         note.contains("80% of it waiting for the training process's own GIL"),
         "{note}"

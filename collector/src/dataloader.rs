@@ -58,6 +58,10 @@ pub struct DataLoaderObservation {
     /// process's GIL, wall ns per stage.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub training_gil: BTreeMap<String, u64>,
+    /// Of `training`'s time, what the loop's thread spent asleep on a
+    /// lock, a condition or a semaphore (a futex other than the GIL's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub training_lock: BTreeMap<String, u64>,
     /// Threads' ticks whose GIL wait the sampler could tell, and those it
     /// could not (the thread's kernel id or the GIL not readable).
     #[serde(default)]
@@ -105,6 +109,10 @@ pub struct WorkerObservation {
     /// Of `stages`' time, what its threads waited for its GIL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gil: BTreeMap<String, u64>,
+    /// Of `stages`' time, what its threads waited on locks, conditions
+    /// and semaphores.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lock: BTreeMap<String, u64>,
 }
 
 /// The window's DataLoader figures (dataloader.json).
@@ -157,7 +165,11 @@ pub struct DataLoaderSummary {
     /// What each stage's threads spent waiting for their process's GIL;
     /// absent when the sampler could not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gil_wait: Option<crate::loader_gil::GilWaits>,
+    pub gil_wait: Option<crate::loader_waits::GilWaits>,
+    /// Per stage, the share of its time spent waiting on locks,
+    /// conditions and semaphores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_wait: Option<crate::loader_waits::LockWaits>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -243,7 +255,7 @@ fn shares(m: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
 
 /// The training loop's stages inside the loader's `next()` and `iter()`:
 /// the data stall.
-const STALLS: [&str; 5] = ["wait", "receive", "startup", "get_item", "collate"];
+pub(crate) const STALLS: [&str; 5] = ["wait", "receive", "startup", "get_item", "collate"];
 
 /// Each process's reads over the window, by pid: the last counts less
 /// the first (0 for a process followed later), with its role at the last.
@@ -443,7 +455,8 @@ pub fn summarise(
         sharing_strategy: last.sharing_strategy.clone(),
         io,
         functions: BTreeMap::new(),
-        gil_wait: crate::loader_gil::gil_waits(first, last),
+        gil_wait: crate::loader_waits::gil_waits(first, last),
+        lock_wait: crate::loader_waits::lock_waits(first, last),
     })
 }
 
@@ -500,6 +513,7 @@ impl DataLoaderSummary {
         }
         v.push(self.io_line());
         v.extend(self.gil_wait.as_ref().map(|g| g.line()));
+        v.extend(self.lock_wait.as_ref().and_then(|l| l.line()));
         v.extend(self.functions_line());
         v
     }
@@ -633,8 +647,7 @@ mod tests {
             b.workers.push(WorkerObservation {
                 pid,
                 stages: [("get_item".to_string(), stages)].into(),
-                cpu_ns: 0,
-                gil: BTreeMap::new(),
+                ..Default::default()
             });
         }
         let r = |bytes, reads| FileReads { bytes, reads };

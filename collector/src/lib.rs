@@ -18,7 +18,7 @@ pub mod event;
 pub mod eventfile;
 mod fileio;
 mod graphargs;
-pub mod loader_gil;
+pub mod loader_waits;
 pub mod opnames;
 pub mod process_files;
 pub mod proto;

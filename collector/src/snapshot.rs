@@ -435,6 +435,16 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
             .as_ref()
             .map(|g| g.workers.clone().into_iter().collect())
             .unwrap_or_default(),
+        training_lock_shares: d
+            .lock_wait
+            .as_ref()
+            .map(|l| l.training.clone().into_iter().collect())
+            .unwrap_or_default(),
+        workers_lock_shares: d
+            .lock_wait
+            .as_ref()
+            .map(|l| l.workers.clone().into_iter().collect())
+            .unwrap_or_default(),
     }
 }
 

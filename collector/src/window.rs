@@ -346,6 +346,13 @@ impl Aggregator {
             self.drop_own(drops::THREAD_COUNTER_WENT_BACKWARDS, attributed.backwards);
         }
 
+        let dataloader = self.dataloader.and_then(|(first, last)| {
+            crate::dataloader::summarise(&first, &last, &attributed.files_by_pid)
+        });
+        if let Some(d) = &dataloader {
+            crate::loader_waits::charge_locks(d, &mut ops);
+        }
+
         let mut drops: BTreeMap<String, u64> = self.probe_drops;
         for (what, n) in self.own_drops {
             let e = drops.entry(what.to_string()).or_default();
@@ -370,9 +377,7 @@ impl Aggregator {
             non_pipeline_waits: attributed.non_pipeline_waits,
             unattributed_io_bytes: attributed.unattributed_io_bytes,
             probe_cost: self.probe_cost,
-            dataloader: self.dataloader.and_then(|(first, last)| {
-                crate::dataloader::summarise(&first, &last, &attributed.files_by_pid)
-            }),
+            dataloader,
         })
     }
 

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::python::{Found, ObjError, Objects, PyProcess, PyValue, Storage};
+use crate::torch::gil::Wait;
 
 #[derive(clap::Args, Debug)]
 pub struct PyObjectsArgs {
@@ -74,10 +75,12 @@ fn thread_samples(py: &PyProcess, n: u32) -> Vec<Value> {
                 stacks
                     .iter()
                     .map(|s| {
+                        let wait = frames.wait(s);
                         json!({
                             "thread_id": s.thread_id,
                             "tid": s.tid,
-                            "gil_wait": frames.gil_wait(s),
+                            "gil_wait": wait.map(|w| w == Wait::Gil),
+                            "lock_wait": wait.map(|w| w == Wait::Lock),
                             "function": s.frames.last().map(|f| f.0.to_string()),
                         })
                     })

@@ -18,6 +18,6 @@ mod shim;
 mod stacks;
 mod top;
 mod torch;
-mod torch_gil;
 mod torch_io;
+mod torch_waits;
 mod usage;

@@ -103,6 +103,8 @@ pub(crate) struct Checked {
     /// The workload's stdout, up to a second past the window's end.
     pub lines: Vec<String>,
     pub snapshot: PipelineSnapshot,
+    /// report.json.
+    pub report: Value,
 }
 
 /// Records the case by PID and compares dataloader.json with the loop's
@@ -211,10 +213,20 @@ fn agrees_with_loop(
         check_trace(dir, &who, ready_pid(&lines), &announced, &d);
         check_profile(dir, &who, &folded, !announced.is_empty());
     }
-    Checked {
-        d,
-        lines,
-        snapshot: read_snapshot(&dir.join("stats.pb")),
+    Checked::read(dir, d, lines)
+}
+
+impl Checked {
+    /// What was checked of the recording in `dir`: its dataloader.json
+    /// `d`, the workload's `lines`, and its stats.pb and report.json.
+    pub(crate) fn read(dir: &Path, d: Value, lines: Vec<String>) -> Checked {
+        let report = std::fs::read_to_string(dir.join("report.json")).expect("report.json");
+        Checked {
+            d,
+            lines,
+            snapshot: read_snapshot(&dir.join("stats.pb")),
+            report: serde_json::from_str(&report).expect("report.json"),
+        }
     }
 }
 

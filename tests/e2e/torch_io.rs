@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::harness::{read_snapshot, repo, tempdir, torch_python, Workload};
+use crate::harness::{repo, tempdir, torch_python, Workload};
 use crate::torch::{check_all, Case, Checked};
 
 fn io_lines(lines: &[String], pid: i64) -> Vec<(i64, u64, u64)> {
@@ -218,11 +218,7 @@ fn dataloader_file_reads_with_the_probe_in_its_own_pid_namespace() {
         .lines()
         .map(str::to_string)
         .collect();
-    let c = Checked {
-        d,
-        lines,
-        snapshot: read_snapshot(&out.join("stats.pb")),
-    };
+    let c = Checked::read(&out, d, lines);
     // Inside the namespace the training process is a low PID.
     assert!(
         c.lines.iter().any(|l| l.starts_with("READY pid=")

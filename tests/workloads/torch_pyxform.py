@@ -11,8 +11,15 @@ a busy metrics or logging thread would): without workers the transform then wait
 GIL. The GT lines carry item_wall_ns= and item_cpu_ns=, the wall and thread CPU time the
 training process spent in __getitem__ (0 with workers): a pure-Python transform that does
 no I/O spends the difference waiting for the GIL.
+
+--shared-lock MS makes each __getitem__ hold a multiprocessing.Lock that every worker shares
+for MS ms (a sleep: a read through a handle the workers share, as an HDF5 file or a database
+connection behind a lock), after its Python loop: the workers serialise on it. The GT lines
+then carry lock_wait_ns= and lock_item_ns=, all workers' time waiting to acquire it and their
+wall time in __getitem__, summed in shared memory.
 """
 
+import multiprocessing
 import os
 import sys
 import threading
@@ -29,6 +36,8 @@ EPOCH_SAMPLES = 1024
 
 # __getitem__'s wall and thread CPU time in this process, ns.
 ITEM = {"wall": 0, "cpu": 0}
+# --shared-lock: the lock, and the workers' wait for it and time in __getitem__ (ns, shared).
+SHARED = {}
 
 
 def add_args(p):
@@ -36,10 +45,20 @@ def add_args(p):
                    help="Python loop iterations per sample (default %(default)s)")
     p.add_argument("--gil-threads", type=int, default=0,
                    help="threads in the training process that run Python without end")
+    p.add_argument("--shared-lock", type=float, default=0.0, metavar="MS",
+                   help="ms each item holds a lock all workers share (default: none)")
 
 
 def gt_fields():
-    return f"item_wall_ns={ITEM['wall']} item_cpu_ns={ITEM['cpu']}"
+    out = f"item_wall_ns={ITEM['wall']} item_cpu_ns={ITEM['cpu']}"
+    if SHARED:
+        out += f" lock_wait_ns={SHARED['wait'].value} lock_item_ns={SHARED['item'].value}"
+    return out
+
+
+def _add(v, ns):
+    with v.get_lock():
+        v.value += ns
 
 
 def _spin():
@@ -69,12 +88,26 @@ class PyTransform(Dataset):
 
         w, c = time.perf_counter_ns(), time.thread_time_ns()
         out = torch.tensor(py_loop(i, self.iters, self.seed), dtype=torch.float32), i % 10
+        if SHARED:
+            self._locked_read()
         ITEM["wall"] += time.perf_counter_ns() - w
         ITEM["cpu"] += time.thread_time_ns() - c
+        if SHARED:
+            _add(SHARED["item"], time.perf_counter_ns() - w)
         return out
+
+    def _locked_read(self):
+        t = time.perf_counter_ns()
+        with SHARED["lock"]:
+            _add(SHARED["wait"], time.perf_counter_ns() - t)
+            time.sleep(SHARED["ms"] / 1000.0)
 
 
 def build(args):
+    if args.shared_lock > 0:
+        # Made before the DataLoader: forked workers inherit them.
+        SHARED.update(lock=multiprocessing.Lock(), ms=args.shared_lock,
+                      wait=multiprocessing.Value("q", 0), item=multiprocessing.Value("q", 0))
     for _ in range(args.gil_threads):
         threading.Thread(target=_spin, daemon=True).start()
     return PyTransform(args.epoch_samples, args.pyiters, args.seed)

@@ -182,6 +182,7 @@ impl<'obj> DataLoaderSource<'obj> {
                 stages: names(stages),
                 cpu_ns: self.worker_cpu.get(&pid).copied().unwrap_or(0),
                 gil: o.workers_gil.get(&pid).map(names).unwrap_or_default(),
+                lock: o.workers_lock.get(&pid).map(names).unwrap_or_default(),
             })
             .collect();
         Some(DataLoaderObservation {
@@ -207,6 +208,7 @@ impl<'obj> DataLoaderSource<'obj> {
             sharing_strategy: o.sharing_strategy.map(str::to_string),
             io: None,
             training_gil: names(&o.training_gil),
+            training_lock: names(&o.training_lock),
             gil_told: o.gil_told,
             gil_untold: o.gil_untold,
         })

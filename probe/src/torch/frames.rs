@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::mem::{word_at, Memory};
 use crate::python::{Offsets, PyProcess};
-use crate::torch::gil::Gil;
+use crate::torch::gil::{Gil, Wait};
 
 /// Deepest stack walked.
 const MAX_FRAMES: usize = 256;
@@ -216,10 +216,10 @@ impl Frames {
         self.gil.now(&self.mem).map(|g| g.holder != 0)
     }
 
-    /// Whether the thread of `s` (from the last walk) waits for the GIL
-    /// now; None when that cannot be told (its kernel id not known, or
-    /// the kernel does not say).
-    pub fn gil_wait(&self, s: &Stack) -> Option<bool> {
+    /// What the thread of `s` (from the last walk) waits for now: the
+    /// GIL, a lock, or neither; None when that cannot be told (its kernel
+    /// id not known, or the kernel does not say).
+    pub fn wait(&self, s: &Stack) -> Option<Wait> {
         (s.tid > 0).then_some(())?;
         self.gil.waits(self.pid, s.tid)
     }

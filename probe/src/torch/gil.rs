@@ -7,8 +7,11 @@
 //! variable or mutex (`take_gil`), or, having just dropped it on request,
 //! on its switch condition until another thread took it; all four lie
 //! inside the interpreter's `_gil_runtime_state`, whose address the
-//! interpreter's offsets give. A thread that released the GIL for I/O or
-//! to sleep waits elsewhere and is not counted. Who holds the GIL
+//! interpreter's offsets give. A thread asleep in `futex` anywhere else
+//! waits for a lock, a condition or a semaphore (`threading.Lock`, a
+//! `multiprocessing.Lock` shared by the workers, a `queue.Queue`, a
+//! mutex of native code): a lock wait. A thread that released the GIL
+//! for I/O or to sleep waits for neither. Who holds the GIL
 //! (`Gil::now`) only says whether anyone could be waiting. Each thread's
 //! file stays open between ticks and is read again at offset 0.
 //!
@@ -51,6 +54,18 @@ pub struct Gil {
     files: RefCell<HashMap<i32, File>>,
 }
 
+/// What a thread was asleep on when the kernel was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Running, runnable, or asleep in a call other than `futex` (I/O,
+    /// `poll`, a sleep).
+    Not,
+    /// `futex` on the GIL's state.
+    Gil,
+    /// `futex` anywhere else: a lock, a condition or a semaphore.
+    Lock,
+}
+
 /// The GIL at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GilNow {
@@ -88,13 +103,13 @@ impl Gil {
         })
     }
 
-    /// Whether thread `tid` of `pid` waits for the GIL; None when the
-    /// kernel does not say (the thread ended, or no permission). The
+    /// What thread `tid` of `pid` waits for; None when the kernel does
+    /// not say (the thread ended, or no permission). The
     /// kernel is asked even for the thread that held the GIL at the walk:
     /// threads that take turns every switch interval (5 ms) have swapped
     /// by the time a walk of all threads is done, and a holder read then
     /// would call the one now waiting a holder.
-    pub fn waits(&self, pid: i32, tid: i32) -> Option<bool> {
+    pub fn waits(&self, pid: i32, tid: i32) -> Option<Wait> {
         let mut files = self.files.borrow_mut();
         if !files.contains_key(&tid) {
             if files.len() >= MAX_OPEN {
@@ -114,17 +129,22 @@ impl Gil {
             }
         };
         let text = std::str::from_utf8(&buf[..n]).ok()?;
-        Some(self.is_gil_futex(text))
+        Some(self.wait_of(text))
     }
 
-    /// A `/proc/PID/task/TID/syscall` line: a futex on the GIL's state.
-    fn is_gil_futex(&self, line: &str) -> bool {
+    /// A `/proc/PID/task/TID/syscall` line: a futex on the GIL's state, a
+    /// futex elsewhere, or neither ("running", another call).
+    fn wait_of(&self, line: &str) -> Wait {
         let mut f = line.split_whitespace();
         let nr = f.next().and_then(|n| n.parse::<u64>().ok());
         let addr = f
             .next()
             .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-        matches!((nr, addr), (Some(NR_FUTEX), Some(a)) if (self.lo..self.hi).contains(&a))
+        match (nr, addr) {
+            (Some(NR_FUTEX), Some(a)) if (self.lo..self.hi).contains(&a) => Wait::Gil,
+            (Some(NR_FUTEX), Some(_)) => Wait::Lock,
+            _ => Wait::Not,
+        }
     }
 }
 
@@ -181,18 +201,24 @@ mod tests {
     }
 
     #[test]
-    fn a_futex_inside_the_gil_state_is_a_gil_wait() {
+    fn a_futex_inside_the_gil_state_is_a_gil_wait_and_elsewhere_a_lock_wait() {
         let g = gil();
         // take_gil: the condition variable, right after the four words.
-        assert!(g.is_gil_futex("202 0x1020 0x189 0x0 0x0 0x0 0xffffffff 0x7ffd 0x7f00\n"));
+        let line = "202 0x1020 0x189 0x0 0x0 0x0 0xffffffff 0x7ffd 0x7f00\n";
+        assert_eq!(g.wait_of(line), Wait::Gil);
         // The switch mutex, the state's last bytes.
-        assert!(g.is_gil_futex(&format!("202 {:#x} 0x80 0x2", 0x1000 + GIL_STATE_LEN - 40)));
-        // Another futex (a queue's lock), a read, a running thread.
-        assert!(!g.is_gil_futex(&format!("202 {:#x} 0x80 0x2", 0x1000 + GIL_STATE_LEN)));
-        assert!(!g.is_gil_futex("202 0x7f0012340000 0x189"));
-        assert!(!g.is_gil_futex("0 0x3 0x7f00 0x1000"));
-        assert!(!g.is_gil_futex("running\n"));
-        assert!(!g.is_gil_futex(""));
+        let end = 0x1000 + GIL_STATE_LEN;
+        assert_eq!(
+            g.wait_of(&format!("202 {:#x} 0x80 0x2", end - 40)),
+            Wait::Gil
+        );
+        // Another futex (a queue's lock, a semaphore in shared memory).
+        assert_eq!(g.wait_of(&format!("202 {end:#x} 0x80 0x2")), Wait::Lock);
+        assert_eq!(g.wait_of("202 0x7f0012340000 0x189"), Wait::Lock);
+        // A read, a running thread, nothing.
+        assert_eq!(g.wait_of("0 0x3 0x7f00 0x1000"), Wait::Not);
+        assert_eq!(g.wait_of("running\n"), Wait::Not);
+        assert_eq!(g.wait_of(""), Wait::Not);
     }
 
     #[test]
@@ -240,7 +266,8 @@ mod tests {
     }
 
     /// This process's own GIL-less threads: the kernel's answer for a
-    /// thread blocked elsewhere, and for one that is not there.
+    /// thread blocked on a channel (a futex: a lock wait), for one asleep
+    /// (not a wait), and for one that is not there.
     #[test]
     fn a_thread_asleep_elsewhere_does_not_wait_for_the_gil() {
         let pid = std::process::id() as i32;
@@ -250,14 +277,21 @@ mod tests {
             let _ = tx.send(nix::unistd::gettid().as_raw());
             let _ = stop_rx.recv_timeout(std::time::Duration::from_secs(2));
         });
+        let (tx2, rx2) = std::sync::mpsc::channel::<i32>();
+        let sleeper = std::thread::spawn(move || {
+            let _ = tx2.send(nix::unistd::gettid().as_raw());
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        });
         let tid = rx.recv().expect("tid");
+        let asleep = rx2.recv().expect("tid");
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(is_thread_of(pid, tid));
-        // The kernel says it sleeps elsewhere (on a channel).
-        assert_eq!(gil().waits(pid, tid), Some(false));
+        assert_eq!(gil().waits(pid, tid), Some(Wait::Lock));
+        assert_eq!(gil().waits(pid, asleep), Some(Wait::Not));
         assert_eq!(gil().waits(pid, 1 << 30), None);
         drop(stop_tx);
         let _ = t.join();
+        let _ = sleeper.join();
         assert!(!is_thread_of(pid, -1));
     }
 }

@@ -22,6 +22,7 @@ use tracing::debug;
 
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, Named, SharedNames, Stack};
+use super::gil::Wait;
 use super::spans::{Role, Seen, StageSpans};
 use super::stage::{classify, is_sharer, sharing_strategy, Frame, Stage};
 use crate::clock::now_ns;
@@ -89,6 +90,11 @@ pub struct Observed {
     pub training_gil: StageNs,
     /// Of `workers`' time, the same, per worker process.
     pub workers_gil: BTreeMap<i32, StageNs>,
+    /// Of `training`'s time, what its thread spent asleep on a lock, a
+    /// condition or a semaphore (a futex other than the GIL's), per stage.
+    pub training_lock: StageNs,
+    /// Of `workers`' time, the same, per worker process.
+    pub workers_lock: BTreeMap<i32, StageNs>,
     /// Threads' ticks whose GIL wait was told, and those it could not be
     /// (the thread's kernel id or the GIL not readable).
     pub gil_told: u64,
@@ -389,7 +395,7 @@ impl Run {
                 if st == Stage::Receive {
                     strategy = sharing_strategy(&s.frames);
                 }
-                loop_gil = Some(gil_wait(&self.training, st, s));
+                loop_gil = Some(wait_of(&self.training, st, s));
             }
         }
         if let Some((st, s)) = pin {
@@ -416,7 +422,7 @@ impl Run {
                     pid,
                     stages
                         .into_iter()
-                        .map(|t| (t.stage, t.gil))
+                        .map(|t| (t.stage, t.wait))
                         .collect::<Vec<_>>(),
                 ));
             }
@@ -442,8 +448,10 @@ impl Run {
             None => o.training_unknown_ns += dt,
         }
         if let (Some(st), Some(waits)) = (loop_stage, loop_gil) {
-            if count_gil(&mut o, waits) {
-                *o.training_gil.entry(st).or_default() += dt;
+            match count_wait(&mut o, waits) {
+                Wait::Gil => *o.training_gil.entry(st).or_default() += dt,
+                Wait::Lock => *o.training_lock.entry(st).or_default() += dt,
+                Wait::Not => {}
             }
         }
         if let Some((p, _)) = pin {
@@ -452,9 +460,12 @@ impl Run {
         for (pid, stages) in workers {
             for (s, waits) in stages {
                 *o.workers.entry(pid).or_default().entry(s).or_default() += dt;
-                if count_gil(&mut o, waits) {
-                    *o.workers_gil.entry(pid).or_default().entry(s).or_default() += dt;
-                }
+                let by = match count_wait(&mut o, waits) {
+                    Wait::Gil => &mut o.workers_gil,
+                    Wait::Lock => &mut o.workers_lock,
+                    Wait::Not => continue,
+                };
+                *by.entry(pid).or_default().entry(s).or_default() += dt;
             }
         }
     }
@@ -487,18 +498,18 @@ impl Run {
     }
 }
 
-/// Whether the thread of `s`, in `stage`, waits for its GIL. A thread
-/// idle between batches is not asked (its waits are no stage's, and most
-/// threads of an idle worker are idle).
-fn gil_wait(frames: &Frames, stage: Stage, s: &Stack) -> Option<bool> {
+/// What the thread of `s`, in `stage`, waits for. A thread idle between
+/// batches is not asked (its waits are no stage's, and most threads of
+/// an idle worker are idle).
+fn wait_of(frames: &Frames, stage: Stage, s: &Stack) -> Option<Wait> {
     if stage == Stage::Idle {
-        return Some(false);
+        return Some(Wait::Not);
     }
-    frames.gil_wait(s)
+    frames.wait(s)
 }
 
-/// Counts a thread's tick as told or not; true when it waited for the GIL.
-fn count_gil(o: &mut Observed, waits: Option<bool>) -> bool {
+/// Counts a thread's tick as told or not; what it waited for.
+fn count_wait(o: &mut Observed, waits: Option<Wait>) -> Wait {
     match waits {
         Some(w) => {
             o.gil_told += 1;
@@ -506,7 +517,7 @@ fn count_gil(o: &mut Observed, waits: Option<bool>) -> bool {
         }
         None => {
             o.gil_untold += 1;
-            false
+            Wait::Not
         }
     }
 }
@@ -576,17 +587,16 @@ struct WorkerTick<'s> {
     stage: Stage,
     thread: WorkerThread,
     stack: &'s Stack,
-    gil: Option<bool>,
+    wait: Option<Wait>,
 }
 
 /// A worker's stages this tick: its main thread's (the one in
 /// `_worker_loop`), and Send while its result queue's feeder or its
-/// resource sharer is busy. A sharer back from `accept` that waits for
-/// the GIL is busy: it has a connection to serve.
+/// resource sharer is busy.
 fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<WorkerTick<'s>> {
     let mut out = Vec::with_capacity(2);
     for s in stacks.iter().filter(|s| s.complete) {
-        let mut stage = classify(&s.frames);
+        let stage = classify(&s.frames);
         let thread = if s.frames.iter().any(|f| Frame::name(f) == "_worker_loop") {
             WorkerThread::Loop
         } else if is_sharer(&s.frames) {
@@ -596,27 +606,39 @@ fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<WorkerTick<'s>
         } else {
             continue;
         };
-        let mut gil = gil_wait(frames, stage, s);
-        if thread == WorkerThread::Sharer && stage == Stage::Idle {
-            // A free GIL has no waiter to speak of: the kernel is asked
-            // only while another thread holds it.
-            gil = match frames.gil_held() {
-                Some(true) => frames.gil_wait(s),
-                held => held,
-            };
-            if gil != Some(true) {
-                continue;
-            }
-            stage = Stage::Send;
-        }
+        let Some((stage, wait)) = worker_wait(frames, thread, stage, s) else {
+            continue;
+        };
         out.push(WorkerTick {
             stage,
             thread,
             stack: s,
-            gil,
+            wait,
         });
     }
     out
+}
+
+/// A worker thread's stage this tick and what it waits for; None when
+/// its tick is no stage's. A resource sharer back from `accept` that
+/// waits for the GIL is busy (it has a connection to serve) and counts
+/// in Send; idle otherwise, it is not counted. A free GIL has no waiter
+/// to speak of: the kernel is asked for an idle sharer only while
+/// another thread holds it.
+fn worker_wait(
+    frames: &Frames,
+    thread: WorkerThread,
+    stage: Stage,
+    s: &Stack,
+) -> Option<(Stage, Option<Wait>)> {
+    if thread != WorkerThread::Sharer || stage != Stage::Idle {
+        return Some((stage, wait_of(frames, stage, s)));
+    }
+    if frames.gil_held() != Some(true) {
+        return None;
+    }
+    let wait = frames.wait(s);
+    (wait == Some(Wait::Gil)).then_some((Stage::Send, wait))
 }
 
 #[cfg(test)]
