@@ -114,6 +114,56 @@ fn loop_step(m: &Model, p: Pool) -> Option<f64> {
     (s.is_finite() && s > 0.0).then_some(s)
 }
 
+/// Hot spots named in the note, at most.
+const HOT_SPOTS_NAMED: usize = 2;
+
+/// Where the workers' time per batch goes when the Python functions of a
+/// stage show it: the stage's hot spots (the calls that take a fifth of it
+/// or more, their callees less), as shares of a batch's time on the
+/// workers (get-item and collate), and what removing the first would
+/// allow at most. Work done again for every sample in every epoch is what
+/// a cache or a preprocessing step saves; the note says which kind can be
+/// saved. None without hot spots or a worker pool.
+pub(crate) fn hot_spots_note(m: &Model) -> Option<String> {
+    let p = m.pool?;
+    let d = m.input.dataloader.as_ref()?;
+    let time = |u: usize| m.nodes[u].r1.map_or(0.0, |r| 1.0 / r);
+    let (tg, tc) = (time(p.get_item), time(p.collate));
+    let batch = tg + tc;
+    if !(batch > 0.0 && batch.is_finite()) {
+        return None;
+    }
+    let mut spots: Vec<(&str, &str, f64)> =
+        [("get_item", "get-item", tg), ("collate", "collate", tc)]
+            .iter()
+            .flat_map(|&(key, label, t)| {
+                d.hot_spots
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .map(move |(f, share)| (f.as_str(), label, share * t / batch))
+            })
+            .collect();
+    spots.sort_by(|a, b| b.2.total_cmp(&a.2));
+    spots.truncate(HOT_SPOTS_NAMED);
+    let &(_, _, first) = spots.first()?;
+    let on = if workers_now(m, m.nodes[p.collate].p_instance) == 0 {
+        "the training loop (no workers)"
+    } else {
+        "the workers"
+    };
+    let listed: Vec<String> = spots
+        .iter()
+        .map(|(f, stage, share)| format!("{f} {} (in {stage})", fmt::pct(*share)))
+        .collect();
+    Some(format!(
+        "loading a batch on {on} goes mostly to {}, each with what it calls, spent again for every sample in every epoch: without the first it would take {} of the time, up to {}× the loader's rate; what gives the same output every epoch (decoding, a resize to a fixed size, a deterministic transform) can be done once and stored or cached, a random augmentation only made cheaper (smaller stored images, a faster library)",
+        listed.join(" and "),
+        fmt::pct(1.0 - first),
+        fmt::num(1.0 / (1.0 - first).max(1e-9))
+    ))
+}
+
 /// The note for a DataLoader op on one thread that bounds the loader.
 pub(crate) fn one_thread_note(m: &Model, u: usize, rate: Option<f64>) -> String {
     let n = &m.nodes[u];

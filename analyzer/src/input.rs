@@ -150,6 +150,10 @@ pub struct DataLoaderFacts {
     pub training_lock: std::collections::BTreeMap<String, f64>,
     /// The same for the workers' stages, all workers together.
     pub workers_lock: std::collections::BTreeMap<String, f64>,
+    /// Per stage, its hot spots, most time first: the Python function
+    /// (`function (file.py)`) and its share of the stage's time with its
+    /// callees.
+    pub hot_spots: std::collections::BTreeMap<String, Vec<(String, f64)>>,
 }
 
 impl DataLoaderFacts {
@@ -178,6 +182,14 @@ impl DataLoaderFacts {
             workers_gil: shares(&d.workers_gil_shares),
             training_lock: shares(&d.training_lock_shares),
             workers_lock: shares(&d.workers_lock_shares),
+            hot_spots: d.hot_spots.iter().fold(Default::default(), |mut m, h| {
+                if h.total.is_finite() && (0.0..=1.0).contains(&h.total) {
+                    m.entry(h.stage.clone())
+                        .or_insert_with(Vec::new)
+                        .push((h.function.clone(), h.total));
+                }
+                m
+            }),
         }
     }
 

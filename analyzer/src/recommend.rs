@@ -180,6 +180,10 @@ pub(crate) fn recommend(
         if let Some(n) = dl_advice::receiving_note(m, observed) {
             out.notes.push(n);
         }
+        // What to make cheaper, where the loader's own work sets the pace.
+        if out.elsewhere.is_none() {
+            out.notes.extend(dl_advice::hot_spots_note(m));
+        }
         if let Some(r) = dl_advice::persistent(m, edge_base) {
             out.recommendations.push(r);
         }

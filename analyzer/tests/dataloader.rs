@@ -396,3 +396,47 @@ fn report_html_timeline_of_the_stages() {
     // The legend: 700 + 650 ms of get item.
     assert!(timeline.contains("get item (1.35 s)"), "{timeline}");
 }
+
+/// A workers-bound loader whose get-item has hot spots: the note names
+/// them as shares of a batch's time on the workers (get-item 50 of the
+/// 56 s), and what removing the first would allow.
+#[test]
+fn hot_spots_of_the_workers_are_named() {
+    use plumber_collector::proto::pipeline_snapshot::data_loader_info::HotSpot;
+    let p = loader(600, 50.0, 6.0, 1, 4);
+    let shares = [("wait", 0.9), ("other", 0.1)];
+    let mut s = with_loop(&p, 1, true, &shares, "file_descriptor");
+    let spot = |function: &str, total: f64| HotSpot {
+        stage: "get_item".into(),
+        function: function.into(),
+        own: 0.1,
+        total,
+    };
+    if let Some(d) = s.dataloader.as_mut() {
+        d.hot_spots = vec![
+            spot("RandomResizedCrop.forward (t.py)", 0.56),
+            spot("load (i.py)", 0.28),
+        ];
+    }
+    let r = analyze(&s, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report();
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("goes mostly to"))
+        .expect("a hot-spot note");
+    assert!(
+        note.starts_with("loading a batch on the workers goes mostly to RandomResizedCrop.forward (t.py) 50% (in get-item) and load (i.py) 25% (in get-item)"),
+        "{note}"
+    );
+    assert!(note.contains("up to 2.00× the loader's rate"), "{note}");
+    // None without hot spots.
+    let r = analyze(
+        &with_loop(&p, 1, true, &shares, "file_descriptor"),
+        &MachineOverrides::default(),
+    )
+    .expect("analyze")
+    .into_report();
+    assert!(!r.notes.iter().any(|n| n.contains("goes mostly to")));
+}

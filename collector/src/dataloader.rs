@@ -162,6 +162,9 @@ pub struct DataLoaderSummary {
     /// kept none (a replayed event file).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub functions: BTreeMap<String, Vec<crate::stage_functions::FunctionShare>>,
+    /// Each stage's hot spots (`stage_functions::hot_spots`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hot_spots: BTreeMap<String, Vec<crate::stage_functions::FunctionShare>>,
     /// What each stage's threads spent waiting for their process's GIL;
     /// absent when the sampler could not tell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -455,6 +458,7 @@ pub fn summarise(
         sharing_strategy: last.sharing_strategy.clone(),
         io,
         functions: BTreeMap::new(),
+        hot_spots: BTreeMap::new(),
         gil_wait: crate::loader_waits::gil_waits(first, last),
         lock_wait: crate::loader_waits::lock_waits(first, last),
     })

@@ -55,6 +55,21 @@ pub struct Collected {
 }
 
 impl Collected {
+    /// A DataLoader recording's stage stacks, known once the stage
+    /// sampler has finished (after the window): the Python functions of
+    /// each stage into dataloader.json, and their hot spots into both
+    /// dataloader.json and stats.pb, which the analysis reads.
+    pub fn set_stage_stacks(&mut self, stacks: &[stacks::LabeledStack]) {
+        let Some(d) = self.window.dataloader.as_mut() else {
+            return;
+        };
+        d.functions = stage_functions::by_stage(stacks);
+        d.hot_spots = stage_functions::hot_spots(stacks);
+        if let Some(info) = self.snapshot.dataloader.as_mut() {
+            info.hot_spots = snapshot::hot_spots_proto(&d.hot_spots);
+        }
+    }
+
     pub fn report(&self) -> report::MeasuredReport {
         report::measured(&self.snapshot)
     }

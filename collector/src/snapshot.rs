@@ -15,8 +15,8 @@ use crate::graphargs;
 use crate::opnames;
 use crate::proto::attr_value;
 use crate::proto::pipeline_snapshot::{
-    DataLoaderInfo, Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats, ProbeHits, ProbeInfo,
-    ProbeOverhead, SnapshotInfo,
+    data_loader_info, DataLoaderInfo, Drop as ProtoDrop, IteratorStats, MachineInfo, OpStats,
+    ProbeHits, ProbeInfo, ProbeOverhead, SnapshotInfo,
 };
 use crate::proto::{
     AttrValue, FunctionDef, FunctionDefLibrary, GraphDef, NameAttrList, NodeDef, OpDef,
@@ -445,7 +445,23 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
             .as_ref()
             .map(|l| l.workers.clone().into_iter().collect())
             .unwrap_or_default(),
+        hot_spots: hot_spots_proto(&d.hot_spots),
     }
+}
+
+pub(crate) fn hot_spots_proto(
+    h: &std::collections::BTreeMap<String, Vec<crate::stage_functions::FunctionShare>>,
+) -> Vec<data_loader_info::HotSpot> {
+    h.iter()
+        .flat_map(|(stage, v)| {
+            v.iter().map(move |f| data_loader_info::HotSpot {
+                stage: stage.clone(),
+                function: f.function.clone(),
+                own: f.own,
+                total: f.total,
+            })
+        })
+        .collect()
 }
 
 fn overhead_proto(c: &crate::event::ProbeCost) -> ProbeOverhead {

@@ -257,8 +257,8 @@ pub fn write_recording(out: &Path, rec: Recording) -> Result<ExitCode> {
     );
     let stacks = rec.stacks;
     let mut collected = rec.sink.finish()?;
-    if let (Some(d), Some(st)) = (collected.window.dataloader.as_mut(), &rec.stages) {
-        d.functions = plumber_collector::stage_functions::by_stage(&st.stacks);
+    if let Some(st) = &rec.stages {
+        collected.set_stage_stacks(&st.stacks);
     }
     let mut files = Outputs::new(out);
     let analysis = write_collected_to(&mut files, &collected)?;

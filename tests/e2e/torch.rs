@@ -210,6 +210,16 @@ fn agrees_with_loop(
             "{who}: no [get item] stack with the dataset's Images.__getitem__ (its qualified name, Python 3.11) in stages.folded"
         );
         assert!(dir.join("stages.svg").exists(), "{who}: no stages.svg");
+        if announced.is_empty() {
+            // The loop loads its own batches and bounds itself: the
+            // analysis names where loading goes (the decode, the resize).
+            let report = std::fs::read_to_string(dir.join("report.txt")).expect("report.txt");
+            assert!(
+                report.lines().any(|l| l.contains("goes mostly to")
+                    && (l.contains("(PIL/") || l.contains("(torchvision/"))),
+                "{who}: no note on the hot spots of loading:\n{report}"
+            );
+        }
         check_trace(dir, &who, ready_pid(&lines), &announced, &d);
         check_profile(dir, &who, &folded, !announced.is_empty());
     }
