@@ -42,8 +42,11 @@ pub struct GilWaits {
 /// of what the stage is.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct LockWaits {
+    /// Per stage of the training loop, the share of its time.
     pub training: BTreeMap<String, f64>,
+    /// Per stage of the workers, all together.
     pub workers: BTreeMap<String, f64>,
+    /// The share of the loop's data stall.
     pub stall: f64,
 }
 
@@ -279,6 +282,38 @@ mod tests {
         // Nothing told: no figures.
         assert!(gil_waits(&first, &first).is_none());
         assert!(lock_waits(&first, &first).is_none());
+    }
+
+    /// The workers' lock share of a stage becomes its op's lock wait, a
+    /// share of the op's wall time; other ops and the GIL are left alone.
+    #[test]
+    fn lock_waits_are_charged_to_the_workers_ops() {
+        let op = |name: &str, ns: i64| OpTotals {
+            model_name: name.into(),
+            processing_time_ns: ns,
+            ..Default::default()
+        };
+        let mut ops = vec![op("GetItem", 1_000), op("Collate", 100), op("Sampler", 50)];
+        let last = DataLoaderObservation {
+            mono_ns: 1_000_000_000,
+            num_workers: 2,
+            ..Default::default()
+        };
+        let files = crate::process_files::PidFiles::new();
+        let mut d = crate::dataloader::summarise(&DataLoaderObservation::default(), &last, &files)
+            .expect("a window");
+        d.lock_wait = Some(LockWaits {
+            training: [("get_item".to_string(), 0.9)].into(),
+            workers: [("get_item".to_string(), 0.4)].into(),
+            stall: 0.0,
+        });
+        charge_locks(&d, &mut ops);
+        let lock: Vec<u64> = ops.iter().map(|o| o.waits.lock_wait_ns).collect();
+        assert_eq!(lock, [400, 0, 0]);
+        // Without workers, the training loop's.
+        d.num_workers = 0;
+        charge_locks(&d, &mut ops);
+        assert_eq!(ops[0].waits.lock_wait_ns, 900);
     }
 
     #[test]

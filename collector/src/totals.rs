@@ -23,7 +23,7 @@ pub struct Stamp {
 }
 
 /// Totals of one op (all instances sharing one path) over the window.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct OpTotals {
     /// Model node name, e.g. `ParallelMapV2`.
     pub model_name: String,
