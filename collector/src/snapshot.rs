@@ -425,28 +425,19 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
         sharing_strategy: d.sharing_strategy.clone().unwrap_or_default(),
         window_s: d.window_s,
         batches: d.batches,
-        training_gil_shares: d
-            .gil_wait
-            .as_ref()
-            .map(|g| g.training.clone().into_iter().collect())
-            .unwrap_or_default(),
-        workers_gil_shares: d
-            .gil_wait
-            .as_ref()
-            .map(|g| g.workers.clone().into_iter().collect())
-            .unwrap_or_default(),
-        training_lock_shares: d
-            .lock_wait
-            .as_ref()
-            .map(|l| l.training.clone().into_iter().collect())
-            .unwrap_or_default(),
-        workers_lock_shares: d
-            .lock_wait
-            .as_ref()
-            .map(|l| l.workers.clone().into_iter().collect())
-            .unwrap_or_default(),
+        training_gil_shares: shares(d.gil_wait.as_ref().map(|g| &g.training)),
+        workers_gil_shares: shares(d.gil_wait.as_ref().map(|g| &g.workers)),
+        training_lock_shares: shares(d.lock_wait.as_ref().map(|l| &l.training)),
+        workers_lock_shares: shares(d.lock_wait.as_ref().map(|l| &l.workers)),
         hot_spots: hot_spots_proto(&d.hot_spots),
     }
+}
+
+/// Per-stage shares for the proto's map; empty when not told.
+fn shares(
+    m: Option<&std::collections::BTreeMap<String, f64>>,
+) -> std::collections::BTreeMap<String, f64> {
+    m.cloned().unwrap_or_default()
 }
 
 pub(crate) fn hot_spots_proto(

@@ -41,24 +41,7 @@ pub fn by_stage(stacks: &[LabeledStack]) -> BTreeMap<String, Vec<FunctionShare>>
     by_stage_all(stacks)
         .into_iter()
         .filter(|(_, a)| !a.own.is_empty())
-        .map(|(stage, a)| {
-            let mut v: Vec<FunctionShare> = a
-                .own
-                .keys()
-                .map(|f| FunctionShare {
-                    function: f.to_string(),
-                    own: a.own(f),
-                    total: a.total(f),
-                })
-                .collect();
-            v.sort_by(|x, y| {
-                y.own
-                    .total_cmp(&x.own)
-                    .then_with(|| x.function.cmp(&y.function))
-            });
-            v.truncate(TOP);
-            (stage.to_string(), v)
-        })
+        .map(|(stage, a)| (stage.to_string(), a.ranked(a.own.keys(), |f| f.own, TOP)))
         .collect()
 }
 
@@ -83,24 +66,11 @@ pub fn hot_spots(stacks: &[LabeledStack]) -> BTreeMap<String, Vec<FunctionShare>
                 *b = b.max(deeper);
             }
         }
-        let mut v: Vec<FunctionShare> = below
-            .iter()
-            .filter(|(f, &deeper)| {
-                let t = fns.total(f);
-                (HOT..FRAME).contains(&t) && deeper < HOT
-            })
-            .map(|(f, _)| FunctionShare {
-                function: f.to_string(),
-                own: fns.own(f),
-                total: fns.total(f),
-            })
-            .collect();
-        v.sort_by(|x, y| {
-            y.total
-                .total_cmp(&x.total)
-                .then_with(|| x.function.cmp(&y.function))
+        let hot = below.iter().filter(|(f, &deeper)| {
+            let t = fns.total(f);
+            (HOT..FRAME).contains(&t) && deeper < HOT
         });
-        v.truncate(HOT_SPOTS);
+        let v = fns.ranked(hot.map(|(f, _)| f), |f| f.total, HOT_SPOTS);
         if !v.is_empty() {
             out.insert(stage.to_string(), v);
         }
@@ -123,6 +93,29 @@ impl StageFns<'_> {
     }
     fn own(&self, f: &str) -> f64 {
         self.own.get(f).copied().unwrap_or(0) as f64 / self.all as f64
+    }
+
+    /// The `n` functions of `names` with the largest `key`, ties by name.
+    fn ranked<'f>(
+        &self,
+        names: impl Iterator<Item = &'f &'f str>,
+        key: fn(&FunctionShare) -> f64,
+        n: usize,
+    ) -> Vec<FunctionShare> {
+        let mut v: Vec<FunctionShare> = names
+            .map(|f| FunctionShare {
+                function: f.to_string(),
+                own: self.own(f),
+                total: self.total(f),
+            })
+            .collect();
+        v.sort_by(|x, y| {
+            key(y)
+                .total_cmp(&key(x))
+                .then_with(|| x.function.cmp(&y.function))
+        });
+        v.truncate(n);
+        v
     }
 }
 

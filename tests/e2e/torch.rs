@@ -238,6 +238,14 @@ impl Checked {
             report: serde_json::from_str(&report).expect("report.json"),
         }
     }
+
+    /// What the workload counted (`key` of its GT lines) over
+    /// dataloader.json's window.
+    pub(crate) fn gt(&self, key: &str) -> f64 {
+        let at = |k: &str| self.d[k].as_i64().unwrap_or_else(|| panic!("no {k}"));
+        let (t0, t1) = (at("start_wall_ns"), at("end_wall_ns"));
+        gt_at_lines(&self.lines, t1, key) - gt_at_lines(&self.lines, t0, key)
+    }
 }
 
 /// The training process's pid, from the workload's READY line.

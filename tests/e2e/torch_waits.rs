@@ -8,7 +8,6 @@
 
 use serde_json::Value;
 
-use crate::harness::gt_at_lines;
 use crate::torch::{check_all, Case, Checked};
 
 /// The share of the loop's stalled time it waited for the GIL: the
@@ -21,12 +20,11 @@ fn stall_gil(c: &Checked, who: &str) -> (f64, f64) {
         "{who}: dataloader.json has no gil_wait: {d}"
     );
     let probe = share(&d["gil_wait"], "stall");
-    let (t0, t1) = (
-        d["start_wall_ns"].as_i64().expect("start"),
-        d["end_wall_ns"].as_i64().expect("end"),
+    let (wall, cpu, runq) = (
+        c.gt("stall_ns"),
+        c.gt("stall_cpu_ns"),
+        c.gt("stall_runq_ns"),
     );
-    let gt = |key: &str| gt_at_lines(&c.lines, t1, key) - gt_at_lines(&c.lines, t0, key);
-    let (wall, cpu, runq) = (gt("stall_ns"), gt("stall_cpu_ns"), gt("stall_runq_ns"));
     assert!(wall > 0.0, "{who}: the loop stalled for no time");
     let want = (1.0 - (cpu + runq) / wall).max(0.0);
     eprintln!(
@@ -116,12 +114,7 @@ fn dataloader_lock_waits_match_the_workers_own() {
     let probe = d["lock_wait"]["workers"]["get_item"]
         .as_f64()
         .unwrap_or_else(|| panic!("{who}: no lock_wait in dataloader.json: {d}"));
-    let (t0, t1) = (
-        d["start_wall_ns"].as_i64().expect("start"),
-        d["end_wall_ns"].as_i64().expect("end"),
-    );
-    let gt = |key: &str| gt_at_lines(&c.lines, t1, key) - gt_at_lines(&c.lines, t0, key);
-    let (wait, item) = (gt("lock_wait_ns"), gt("lock_item_ns"));
+    let (wait, item) = (c.gt("lock_wait_ns"), c.gt("lock_item_ns"));
     assert!(
         item > 0.0,
         "{who}: the workers spent no time in __getitem__"
