@@ -350,7 +350,7 @@ impl Aggregator {
             crate::dataloader::summarise(&first, &last, &attributed.files_by_pid)
         });
         if let Some(d) = &dataloader {
-            crate::loader_waits::charge_locks(d, &mut ops);
+            crate::loader_ops::charge_locks(d, &mut ops);
         }
 
         let mut drops: BTreeMap<String, u64> = self.probe_drops;

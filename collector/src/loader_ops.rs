@@ -1,0 +1,75 @@
+//! A DataLoader's stage figures charged to the ops of its chain, where the
+//! op model reads them: the lock waits of the stages its workers run.
+//! Apart from `loader_waits.rs`, which tells the waits from the
+//! observations, so that the op totals stay out of the DataLoader's types.
+
+use crate::dataloader::DataLoaderSummary;
+use crate::totals::OpTotals;
+
+/// The DataLoader's ops that run its stages in its workers (in the
+/// training loop without them), by stage: the names its source gives
+/// them (docs/stats-format.md).
+const STAGE_OPS: [(&str, &str); 2] = [("get_item", "GetItem"), ("collate", "Collate")];
+
+/// Charges the lock waits of the stages the workers run to their ops, as
+/// a TensorFlow op's lock waits are charged to it: the op model then sees
+/// a stage whose workers serialise on a lock (a `multiprocessing.Lock`
+/// they share) and does not ask for more of them. The waits are shares of
+/// the stage's wall time, the op's `processing_time_ns`. GIL waits are not
+/// charged: each worker has its own GIL.
+pub fn charge_locks(d: &DataLoaderSummary, ops: &mut [OpTotals]) {
+    let Some(l) = &d.lock_wait else {
+        return;
+    };
+    let shares = if d.num_workers > 0 {
+        &l.workers
+    } else {
+        &l.training
+    };
+    for (stage, op) in STAGE_OPS {
+        let share = shares.get(stage).copied().unwrap_or(0.0);
+        for o in ops.iter_mut().filter(|o| o.model_name == op) {
+            let time = u64::try_from(o.processing_time_ns).unwrap_or(0) as f64;
+            o.waits.lock_wait_ns = (share * time) as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataloader::{summarise, DataLoaderObservation};
+    use crate::loader_waits::LockWaits;
+    use crate::process_files::PidFiles;
+
+    /// The workers' lock share of a stage becomes its op's lock wait, a
+    /// share of the op's wall time; other ops and the GIL are left alone.
+    #[test]
+    fn lock_waits_are_charged_to_the_workers_ops() {
+        let op = |name: &str, ns: i64| OpTotals {
+            model_name: name.into(),
+            processing_time_ns: ns,
+            ..Default::default()
+        };
+        let mut ops = vec![op("GetItem", 1_000), op("Collate", 100), op("Sampler", 50)];
+        let last = DataLoaderObservation {
+            mono_ns: 1_000_000_000,
+            num_workers: 2,
+            ..Default::default()
+        };
+        let files = PidFiles::new();
+        let mut d = summarise(&DataLoaderObservation::default(), &last, &files).expect("a window");
+        d.lock_wait = Some(LockWaits {
+            training: [("get_item".to_string(), 0.9)].into(),
+            workers: [("get_item".to_string(), 0.4)].into(),
+            stall: 0.0,
+        });
+        charge_locks(&d, &mut ops);
+        let lock: Vec<u64> = ops.iter().map(|o| o.waits.lock_wait_ns).collect();
+        assert_eq!(lock, [400, 0, 0]);
+        // Without workers, the training loop's.
+        d.num_workers = 0;
+        charge_locks(&d, &mut ops);
+        assert_eq!(ops[0].waits.lock_wait_ns, 900);
+    }
+}
