@@ -99,10 +99,10 @@ pub(crate) fn workers_why(
 
 /// What a prediction from no workers cannot hold. On the pure-Python
 /// transform (bench/validate.py torch_gil, AMD VM) the same items took
-/// 13.6 CPU-ms a batch in the training process, 15.4 in persistent
-/// workers and 18.4 in workers started each 64-batch epoch, and the loop
-/// 1.0-1.4 receiving: two workers made 1.2-1.5x the rate without, where
-/// 1.94x was predicted.
+/// 12.8 CPU-ms a batch in the training process and 16.2-16.6 in two
+/// workers, persistent or not, and the loop 1.1-1.35 receiving
+/// (bench/torch_cpu.py): two workers made 1.2-1.5x the rate without,
+/// where 1.94x was predicted.
 const FROM_NO_WORKERS: &str = "from no workers this leaves out what workers add per batch (pickling it into the queue, the loop receiving each tensor), which shows only once they run: an upper bound; record again with workers for a measured one";
 
 /// Without workers: the training loop's time per batch outside the
