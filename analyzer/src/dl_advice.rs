@@ -128,7 +128,17 @@ const HOT_SPOTS_NAMED: usize = 2;
 pub(crate) fn hot_spots_note(m: &Model) -> Option<String> {
     let p = m.pool?;
     let d = m.input.dataloader.as_ref()?;
-    let time = |u: usize| m.nodes[u].r1.map_or(0.0, |r| 1.0 / r);
+    // Wall time per batch, waits included: the hot spots are shares of
+    // the stage's wall time (the stage sampler's ticks), not of its time
+    // on a core (`r1`, which leaves lock and GIL waits out).
+    let time = |u: usize| {
+        let n = &m.nodes[u];
+        if n.minibatches > 0.0 {
+            n.wall_s / n.minibatches
+        } else {
+            0.0
+        }
+    };
     let (tg, tc) = (time(p.get_item), time(p.collate));
     let batch = tg + tc;
     if !(batch > 0.0 && batch.is_finite()) {

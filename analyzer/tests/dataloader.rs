@@ -440,3 +440,43 @@ fn hot_spots_of_the_workers_are_named() {
     .into_report();
     assert!(!r.notes.iter().any(|n| n.contains("goes mostly to")));
 }
+
+#[test]
+fn hot_spots_weigh_each_stage_by_its_wall_time() {
+    // Hot spots are shares of a stage's wall time, waits included: a
+    // get-item that waits on a lock half of its 50 s still weighs 50 s
+    // against collate's 6 s, not the 25 s it spent on a core.
+    use plumber_collector::proto::pipeline_snapshot::data_loader_info::HotSpot;
+    let mut p = loader(600, 50.0, 6.0, 1, 4);
+    p.ops = p
+        .ops
+        .into_iter()
+        .map(|o| if o.name == "GetItem" { o.lock(25.0) } else { o })
+        .collect();
+    let mut s = with_loop(&p, 1, true, &[("wait", 0.9), ("other", 0.1)], "");
+    let spot = |stage: &str, function: &str, total: f64| HotSpot {
+        stage: stage.into(),
+        function: function.into(),
+        own: 0.1,
+        total,
+    };
+    if let Some(d) = s.dataloader.as_mut() {
+        d.hot_spots = vec![
+            spot("get_item", "load (i.py)", 0.4),
+            spot("collate", "stack (c.py)", 0.5),
+        ];
+    }
+    let r = analyze(&s, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report();
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("goes mostly to"))
+        .expect("a hot-spot note");
+    // 0.4 × 50 / 56 and 0.5 × 6 / 56 (32% and 9.7% by time on a core).
+    assert!(
+        note.contains("load (i.py) 36% (in get-item) and stack (c.py) 5.4% (in collate)"),
+        "{note}"
+    );
+}

@@ -6,10 +6,18 @@
 use crate::dataloader::DataLoaderSummary;
 use crate::totals::OpTotals;
 
+/// The ops of a DataLoader's chain, as its source names them and stats.pb
+/// writes them (with `Dataset` appended; docs/stats-format.md), from the
+/// training loop's end down.
+pub const PIN_MEMORY_OP: &str = "PinMemory";
+pub const WORKER_QUEUE_OP: &str = "WorkerQueue";
+pub const COLLATE_OP: &str = "Collate";
+pub const GET_ITEM_OP: &str = "GetItem";
+pub const SAMPLER_OP: &str = "Sampler";
+
 /// The DataLoader's ops that run its stages in its workers (in the
-/// training loop without them), by stage: the names its source gives
-/// them (docs/stats-format.md).
-const STAGE_OPS: [(&str, &str); 2] = [("get_item", "GetItem"), ("collate", "Collate")];
+/// training loop without them), by stage.
+const STAGE_OPS: [(&str, &str); 2] = [("get_item", GET_ITEM_OP), ("collate", COLLATE_OP)];
 
 /// Charges the lock waits of the stages the workers run to their ops, as
 /// a TensorFlow op's lock waits are charged to it: the op model then sees
@@ -51,7 +59,11 @@ mod tests {
             processing_time_ns: ns,
             ..Default::default()
         };
-        let mut ops = vec![op("GetItem", 1_000), op("Collate", 100), op("Sampler", 50)];
+        let mut ops = vec![
+            op(GET_ITEM_OP, 1_000),
+            op(COLLATE_OP, 100),
+            op(SAMPLER_OP, 50),
+        ];
         let last = DataLoaderObservation {
             mono_ns: 1_000_000_000,
             num_workers: 2,

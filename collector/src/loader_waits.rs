@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataloader::{delta, DataLoaderObservation, WorkerObservation, STALLS};
+use crate::loader_observation::{delta, DataLoaderObservation, WorkerObservation, STALLS};
 
 /// Shares under this are left out of the printed line.
 const SHOWN: f64 = 0.01;

@@ -17,6 +17,9 @@ use plumber_collector::dataloader::{DataLoaderObservation, ProcessIo, Role, Work
 use plumber_collector::event::{
     DropCount, Event, FileIo, NodeCounters, NodeObservation, TargetInfo,
 };
+use plumber_collector::loader_ops::{
+    COLLATE_OP, GET_ITEM_OP, PIN_MEMORY_OP, SAMPLER_OP, WORKER_QUEUE_OP,
+};
 use plumber_collector::stacks::{LabelValue, LabeledStack};
 use tracing::debug;
 
@@ -416,7 +419,7 @@ fn nodes_of(o: &Observed) -> Vec<NodeObservation> {
     let mut chain = Vec::new();
     if st.pin_memory && st.num_workers > 0 {
         chain.push(link(
-            "PinMemory",
+            PIN_MEMORY_OP,
             batches,
             ns(&o.pin_memory, Stage::PinMemory),
             0,
@@ -431,19 +434,19 @@ fn nodes_of(o: &Observed) -> Vec<NodeObservation> {
             buffer_size: st
                 .prefetch_factor
                 .map(|p| f64::from(p) * f64::from(st.num_workers)),
-            ..link("WorkerQueue", batches, 0, outstanding)
+            ..link(WORKER_QUEUE_OP, batches, 0, outstanding)
         });
     }
     chain.push(Link {
         parallelism: Some(workers),
         ratio: st.batch_size.map(|b| b as f64),
-        ..link("Collate", batches, collate, 0)
+        ..link(COLLATE_OP, batches, collate, 0)
     });
     chain.push(Link {
         parallelism: Some(workers),
-        ..link("GetItem", samples, get_item, 0)
+        ..link(GET_ITEM_OP, samples, get_item, 0)
     });
-    chain.push(link("Sampler", samples, 0, 0));
+    chain.push(link(SAMPLER_OP, samples, 0, 0));
     let mut path = String::from("Root");
     let mut parent = None;
     chain
@@ -577,7 +580,7 @@ impl Source for DataLoaderSource<'_> {
     }
 
     fn learn_nodes(&mut self, nodes: &[NodeObservation]) {
-        if let Some(n) = nodes.iter().find(|n| n.name == "GetItem") {
+        if let Some(n) = nodes.iter().find(|n| n.name == GET_ITEM_OP) {
             self.get_item_path.clone_from(&n.path);
         }
     }
