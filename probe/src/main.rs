@@ -161,8 +161,9 @@ struct RecordArgs {
     sample_hz: Option<u32>,
     /// The most the recording may cost the target, in % of its CPU time
     /// (measured while recording); past it, attribution windows and stack
-    /// sampling stop early, and the output says so. --precise and --mode
-    /// uprobes are reported against it but not thinned.
+    /// sampling stop early (a PyTorch DataLoader's stage sampler reads the
+    /// stacks a quarter as often), and the output says so. --precise and
+    /// --mode uprobes are reported against it but not thinned.
     #[arg(long, default_value_t = 1.0, value_name = "PCT")]
     max_overhead: f64,
 }
@@ -182,6 +183,12 @@ struct RunArgs {
     /// No progress line and no notes on stderr.
     #[arg(short, long)]
     quiet: bool,
+    /// The most the recording may cost the command, in % of its CPU time,
+    /// as for --pid (the shim's time in its hooks, the probe process's
+    /// CPU); past it, a PyTorch DataLoader's stage sampler reads the
+    /// stacks a quarter as often, and the output says so.
+    #[arg(long, default_value_t = 1.0, value_name = "PCT")]
+    max_overhead: f64,
     /// The command, after `--` (e.g. -- python train.py).
     #[arg(
         required = true,
@@ -304,6 +311,12 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
             )));
         }
     }
+    if !(r.max_overhead.is_finite() && r.max_overhead > 0.0) {
+        return Err(errors::usage(format!(
+            "--max-overhead must be a positive percentage, not {}",
+            r.max_overhead
+        )));
+    }
     let output = r
         .output
         .unwrap_or_else(|| PathBuf::from(format!("plumber-run-{}", std::process::id())));
@@ -313,6 +326,7 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
         interval: r.interval_ms.map(|ms| Duration::from_millis(ms.max(10))),
         quiet: r.quiet,
         output,
+        budget: r.max_overhead / 100.0,
         live: None,
     })
 }

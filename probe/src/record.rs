@@ -12,7 +12,7 @@ use plumber_collector::event::{DropCount, Event};
 use tracing::{debug, info, warn};
 
 use crate::bpf::Bpf;
-use crate::cost::{CostOpts, Lever, Meter, Thin};
+use crate::cost::{CostOpts, Lever, Meter, Pace, Thin};
 use crate::derive;
 use crate::mem::Memory;
 use crate::recording::{self, LoopOpts, NoModel, Recording, StackRecording, NO_MODEL};
@@ -282,6 +282,7 @@ fn cost_opts(opts: &RecordOpts, use_model: bool, sampling: bool, thin: Thin) -> 
         thin,
         explicit,
         duration: opts.duration,
+        pace: Pace::AFTER_START_UP,
     }
 }
 

@@ -18,7 +18,7 @@ use plumber_collector::event::Event;
 use anyhow::{anyhow, Result};
 use tracing::{info, warn};
 
-use crate::cost::{CostOpts, Lever, Meter, Thin};
+use crate::cost::{CostOpts, Lever, Meter, Pace, Thin};
 use crate::python::PyProcess;
 use crate::recording::{self, LoopOpts, Recording};
 use crate::sink::EventSink;
@@ -78,6 +78,7 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
         thin: thin.clone(),
         explicit: None,
         duration: opts.duration,
+        pace: Pace::STEADY,
     };
     let meter = match &io {
         FileReads::Measured(io) => Meter::with_programs(io.programs(), cost),

@@ -55,6 +55,8 @@ pub struct RunOpts {
     pub interval: Option<Duration>,
     pub quiet: bool,
     pub output: PathBuf,
+    /// The share of the job's CPU the recording may cost (0.01 = 1%).
+    pub budget: f64,
     /// The live view (`top -- CMD`), if any.
     pub live: Option<Live>,
 }
@@ -314,7 +316,7 @@ fn record_child(
         interval: Some(interval),
         quiet: opts.quiet,
         started,
-        cost: Some(crate::cost::Meter::shim(crate::cost::DEFAULT_BUDGET)),
+        cost: Some(crate::cost::Meter::shim(opts.budget)),
     };
     let ended = recording::run(&mut source, &mut sink, &loop_opts)?;
     let Some(time_to_first_data) = ended.time_to_first_data else {
@@ -353,7 +355,7 @@ fn record_dataloader(
         save_events: None,
         sample_hz: 0,
         tap: opts.live.as_ref().map(|l| l.events.clone()),
-        budget: crate::cost::DEFAULT_BUDGET,
+        budget: opts.budget,
     };
     record_torch::record(&torch_opts, torch, started)
 }

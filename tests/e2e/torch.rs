@@ -23,6 +23,15 @@ pub(crate) struct Case<'a> {
     pub seconds: f64,
 }
 
+/// The budget the accuracy checks record under. The tests run the debug
+/// binary, whose own process costs about four times a release build's
+/// (BENCHMARKS.md): 2.2-2.9% of these jobs' CPU, which the default 1%
+/// thins from 2 s on (the stage sampler at a quarter of its ticks). 4% on
+/// it stands for the default on a release build, which keeps to 1%
+/// (0.86-0.89% on `torch_image.py` with one worker, thinned at 2 s; its
+/// stalls within 4 points of the loop's then).
+pub(crate) const BUDGET: [&str; 2] = ["--max-overhead", "4"];
+
 /// Epochs of 64 batches: the count misses at most what the loop takes in
 /// one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of a
 /// 64-batch epoch at worst.
@@ -118,7 +127,7 @@ pub(crate) fn check_all(case: &Case) -> Checked {
     args.extend_from_slice(case.args);
     let w = Workload::start_in(&[], &torch_python(), case.script, &args);
     let dir = tempdir(&case.tag());
-    let out = record_out(&w, case.seconds, &dir, &[]);
+    let out = record_out(&w, case.seconds, &dir, &BUDGET);
     let stdout = String::from_utf8_lossy(&out.stdout);
     agrees_with_loop(case, &dir, &stdout, |t1| lines_past(&w, t1))
 }
@@ -552,6 +561,8 @@ fn dataloader_under_run_unprivileged() {
         let probe_args = [
             "--duration",
             &duration,
+            BUDGET[0],
+            BUDGET[1],
             "-q",
             "-o",
             out.to_str().expect("utf-8"),

@@ -118,6 +118,7 @@ fn over_budget_pulls_one_lever_per_span_then_warns() {
         let mut s = meter.0.borrow_mut();
         s.opts.levers = vec![Lever::Windows, Lever::Sampling];
         s.opts.thin = thin.clone();
+        s.opts.pace = Pace::AFTER_START_UP;
     }
     // The probe process burns more than 0.01% of the "target's" 1 ms a
     // poll.
@@ -154,6 +155,34 @@ fn over_budget_pulls_one_lever_per_span_then_warns() {
 }
 
 #[test]
+fn a_steady_source_is_thinned_after_two_seconds() {
+    // The DataLoader's pace: the rates from 1 s on, a lever once a second
+    // of them says the budget will be passed.
+    let thin = Thin::default();
+    let meter = Meter::without_bpf(CostOpts {
+        budget: 0.0001,
+        levers: vec![Lever::StageSampler],
+        thin: thin.clone(),
+        explicit: None,
+        duration: Some(Duration::from_secs(8)),
+        pace: Pace::STEADY,
+    });
+    let burn = || (0..200_000u64).fold(0u64, |a, b| std::hint::black_box(a ^ b));
+    let mut target = 0;
+    for half in 0..=3u64 {
+        burn();
+        target += 500_000;
+        meter.on_poll(Some(target), None, Duration::from_millis(500 * half), false);
+        assert!(!thin.stages_slowed(), "at {} ms", 500 * half);
+    }
+    burn();
+    meter.on_poll(Some(target + 500_000), None, Duration::from_secs(2), false);
+    assert!(thin.stages_slowed());
+    let c = meter.finish().expect("polls were read");
+    assert!(c.thinned[0].starts_with("the stage sampler slowed to a quarter of its rate at 2.0 s"));
+}
+
+#[test]
 fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
     let at = |cost: u64, target: u64| ProbeCost {
         target_cpu_ns: target,
@@ -163,20 +192,22 @@ fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
     let mut p = Projection::default();
     let s = Duration::from_secs;
     // Before the mark: no projection.
-    assert_eq!(p.update(&at(50, 2_000), s(2), Some(s(30))), None);
+    assert_eq!(p.update(&at(50, 2_000), s(2), Some(s(30)), s(5)), None);
     // A costly start: 2% over the first 5 s.
-    assert_eq!(p.update(&at(100, 5_000), s(5), Some(s(30))), None);
+    assert_eq!(p.update(&at(100, 5_000), s(5), Some(s(30)), s(5)), None);
     // Then 0.5%: 12 s into 30, the 18 s left at that rate.
     let got = p
-        .update(&at(135, 12_000), s(12), Some(s(30)))
+        .update(&at(135, 12_000), s(12), Some(s(30)), s(5))
         .expect("a span");
     let want = (135.0 + 35.0 * 18.0 / 7.0) / (12_000.0 + 7_000.0 * 18.0 / 7.0);
     assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     assert!(got < 0.008 && (at(135, 12_000)).target_share() > 0.011);
     // Without a duration: the rate since the mark.
     let mut q = Projection::default();
-    q.update(&at(100, 5_000), s(5), None);
-    let r = q.update(&at(135, 12_000), s(12), None).expect("a span");
+    q.update(&at(100, 5_000), s(5), None, s(5));
+    let r = q
+        .update(&at(135, 12_000), s(12), None, s(5))
+        .expect("a span");
     assert!((r - 0.005).abs() < 1e-12);
 }
 

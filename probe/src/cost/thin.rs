@@ -53,8 +53,9 @@ pub enum Lever {
     /// and the unwinding in the probe process.
     Sampling,
     /// The DataLoader's stage sampler (`crate::torch::sampler`): its reads
-    /// of the job's stacks, in the probe process. It slows to a quarter
-    /// of its rate rather than stopping: the data stall rests on it.
+    /// of the job's stacks, in the probe process. It reads them a quarter
+    /// as often rather than stopping (the data stall rests on them), and
+    /// the loader's counts as often as before.
     StageSampler,
 }
 
@@ -70,7 +71,7 @@ impl Lever {
                 "stack sampling stopped at {at_s:.1} s: the flamegraphs cover only the time before"
             ),
             Lever::StageSampler => format!(
-                "the stage sampler slowed to a quarter of its rate at {at_s:.1} s: the data stall and the stages' shares rest on fewer samples after it"
+                "the stage sampler slowed to a quarter of its rate at {at_s:.1} s: the data stall and the stages' shares rest on fewer samples after it (the batch counts do not: they are read as often)"
             ),
         }
     }

@@ -394,6 +394,7 @@ fn top_command(a: &TopArgs, log: HeldLog) -> Result<ExitCode> {
         interval: Some(Duration::from_millis(a.interval_ms.max(10))),
         quiet: true,
         output,
+        budget: crate::cost::DEFAULT_BUDGET,
         live: Some(live),
     });
     // run() closes the view once the recording is over; when it failed
