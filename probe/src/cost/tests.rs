@@ -118,7 +118,6 @@ fn over_budget_pulls_one_lever_per_span_then_warns() {
         let mut s = meter.0.borrow_mut();
         s.opts.levers = vec![Lever::Windows, Lever::Sampling];
         s.opts.thin = thin.clone();
-        s.opts.pace = Pace::AFTER_START_UP;
     }
     // The probe process burns more than 0.01% of the "target's" 1 ms a
     // poll.
