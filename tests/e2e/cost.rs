@@ -10,7 +10,7 @@ use plumber_collector::proto::PipelineSnapshot;
 use crate::harness::*;
 use crate::pipelines::{Expect, DEMO, INTERLEAVE, PADDED_BATCH, PY_FUNCTION, TFRECORD_IMAGE};
 
-fn overhead(out: &Path) -> serde_json::Value {
+pub(crate) fn overhead(out: &Path) -> serde_json::Value {
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).expect("report.json"))
             .expect("report.json parses");
@@ -35,7 +35,7 @@ fn cost_line(o: &Output) -> String {
 
 /// Present in stats.pb and report.json alike, and its parts sum to the
 /// total.
-fn check_consistent(who: &str, s: &PipelineSnapshot, j: &serde_json::Value) {
+pub(crate) fn check_consistent(who: &str, s: &PipelineSnapshot, j: &serde_json::Value) {
     let o = s
         .probe_overhead
         .as_ref()

@@ -658,6 +658,20 @@ fn dataloader_results_are_unchanged_under_the_probe() {
         .map(str::to_string)
         .expect("a probe cost line");
     eprintln!("{cost}");
+    // Its cost, as for TensorFlow (cost.rs): the same in stats.pb and
+    // report.json, its parts summing to the total, and never silently
+    // over the default budget (this debug binary's 2.2-2.9% is slowed
+    // from 2 s on, and the line says so).
+    let s = read_snapshot(&dir.join("stats.pb"));
+    crate::cost::check_consistent("torch_image.py", &s, &crate::cost::overhead(&dir));
+    let c = s.probe_overhead.expect("checked");
+    assert!(
+        c.target_share <= c.budget
+            || (cost.contains("OVER BUDGET")
+                && c.thinned.iter().any(|t| t.contains("stage sampler slowed"))),
+        "over the budget silently: {cost}\n{:?}",
+        c.thinned
+    );
     assert_eq!(
         checksum_after_exit(w),
         plain,
