@@ -134,16 +134,21 @@ class Workload:
 
 # ----------------------------------------------------------------- sampler --
 
-def proc_cpu_ticks(pid):
-    """utime+stime (clock ticks) of a whole process, or None."""
+def proc_stat(pid):
+    """/proc/PID/stat's fields after the command name (index 0 is field 3,
+    the state; utime is 11, stime 12, cutime 13, cstime 14), or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
     except OSError:
         return None
-    rest = s[s.rindex(")") + 2:].split()
-    # fields after ")" start at field 3 (state); utime=14, stime=15
-    return int(rest[11]) + int(rest[12])
+    return s[s.rindex(")") + 2:].split()
+
+
+def proc_cpu_ticks(pid):
+    """utime+stime (clock ticks) of a whole process, or None."""
+    rest = proc_stat(pid)
+    return None if rest is None else int(rest[11]) + int(rest[12])
 
 
 def system_ticks():

@@ -23,18 +23,17 @@ import sys
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import REPO, proc_stat  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 def stat(pid):
     """(ppid, own CPU s, reaped children's CPU s) of pid; None once gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            st = f.read()
-    except OSError:
+    f = proc_stat(pid)
+    if f is None:
         return None
-    f = st[st.rfind(")") + 2:].split()
     return int(f[1]), (int(f[11]) + int(f[12])) / TICK, (int(f[13]) + int(f[14])) / TICK
 
 

@@ -397,35 +397,48 @@ fn report_html_timeline_of_the_stages() {
     assert!(timeline.contains("get item (1.35 s)"), "{timeline}");
 }
 
+/// The hot-spot note for `s` with these hot spots (stage, function,
+/// share of the stage with its callees).
+fn hot_spot_note(
+    mut s: plumber_collector::proto::PipelineSnapshot,
+    spots: &[(&str, &str, f64)],
+) -> String {
+    use plumber_collector::proto::pipeline_snapshot::data_loader_info::HotSpot;
+    if let Some(d) = s.dataloader.as_mut() {
+        d.hot_spots = spots
+            .iter()
+            .map(|&(stage, function, total)| HotSpot {
+                stage: stage.into(),
+                function: function.into(),
+                own: 0.1,
+                total,
+            })
+            .collect();
+    }
+    let r = analyze(&s, &MachineOverrides::default())
+        .expect("analyze")
+        .into_report();
+    r.notes
+        .iter()
+        .find(|n| n.contains("goes mostly to"))
+        .cloned()
+        .expect("a hot-spot note")
+}
+
 /// A workers-bound loader whose get-item has hot spots: the note names
 /// them as shares of a batch's time on the workers (get-item 50 of the
 /// 56 s), and what removing the first would allow.
 #[test]
 fn hot_spots_of_the_workers_are_named() {
-    use plumber_collector::proto::pipeline_snapshot::data_loader_info::HotSpot;
     let p = loader(600, 50.0, 6.0, 1, 4);
     let shares = [("wait", 0.9), ("other", 0.1)];
-    let mut s = with_loop(&p, 1, true, &shares, "file_descriptor");
-    let spot = |function: &str, total: f64| HotSpot {
-        stage: "get_item".into(),
-        function: function.into(),
-        own: 0.1,
-        total,
-    };
-    if let Some(d) = s.dataloader.as_mut() {
-        d.hot_spots = vec![
-            spot("RandomResizedCrop.forward (t.py)", 0.56),
-            spot("load (i.py)", 0.28),
-        ];
-    }
-    let r = analyze(&s, &MachineOverrides::default())
-        .expect("analyze")
-        .into_report();
-    let note = r
-        .notes
-        .iter()
-        .find(|n| n.contains("goes mostly to"))
-        .expect("a hot-spot note");
+    let note = hot_spot_note(
+        with_loop(&p, 1, true, &shares, "file_descriptor"),
+        &[
+            ("get_item", "RandomResizedCrop.forward (t.py)", 0.56),
+            ("get_item", "load (i.py)", 0.28),
+        ],
+    );
     assert!(
         note.starts_with("loading a batch on the workers goes mostly to RandomResizedCrop.forward (t.py) 50% (in get-item) and load (i.py) 25% (in get-item)"),
         "{note}"
@@ -446,34 +459,19 @@ fn hot_spots_weigh_each_stage_by_its_wall_time() {
     // Hot spots are shares of a stage's wall time, waits included: a
     // get-item that waits on a lock half of its 50 s still weighs 50 s
     // against collate's 6 s, not the 25 s it spent on a core.
-    use plumber_collector::proto::pipeline_snapshot::data_loader_info::HotSpot;
     let mut p = loader(600, 50.0, 6.0, 1, 4);
     p.ops = p
         .ops
         .into_iter()
         .map(|o| if o.name == "GetItem" { o.lock(25.0) } else { o })
         .collect();
-    let mut s = with_loop(&p, 1, true, &[("wait", 0.9), ("other", 0.1)], "");
-    let spot = |stage: &str, function: &str, total: f64| HotSpot {
-        stage: stage.into(),
-        function: function.into(),
-        own: 0.1,
-        total,
-    };
-    if let Some(d) = s.dataloader.as_mut() {
-        d.hot_spots = vec![
-            spot("get_item", "load (i.py)", 0.4),
-            spot("collate", "stack (c.py)", 0.5),
-        ];
-    }
-    let r = analyze(&s, &MachineOverrides::default())
-        .expect("analyze")
-        .into_report();
-    let note = r
-        .notes
-        .iter()
-        .find(|n| n.contains("goes mostly to"))
-        .expect("a hot-spot note");
+    let note = hot_spot_note(
+        with_loop(&p, 1, true, &[("wait", 0.9), ("other", 0.1)], ""),
+        &[
+            ("get_item", "load (i.py)", 0.4),
+            ("collate", "stack (c.py)", 0.5),
+        ],
+    );
     // 0.4 × 50 / 56 and 0.5 × 6 / 56 (32% and 9.7% by time on a core).
     assert!(
         note.contains("load (i.py) 36% (in get-item) and stack (c.py) 5.4% (in collate)"),
