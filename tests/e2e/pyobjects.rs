@@ -6,7 +6,8 @@
 //! `plumber-probe py-objects` reads them back on every CPython from 3.9 to
 //! 3.13 (pyenv's, and a static /usr/bin/python3.11 where there is one):
 //! every value must match exactly, and the iterators the workload's frames
-//! hold (a local, the loop's value stack, an attribute of a local) must be
+//! hold (a local, the loop's value stack, an attribute of a local, an item
+//! of a dict in a closure's cell) must be
 //! found where it says. With threads that take turns at the GIL, the
 //! stage sampler's view of each thread (its kernel id, whether it waits
 //! for the GIL) against the threads' own word.
@@ -31,7 +32,7 @@ fn check(python: &Path, what: &str) -> Vec<String> {
     let lines = w.snapshot_lines();
     let checks = json_lines(&lines, "CHECK ");
     let finds = json_lines(&lines, "FIND ");
-    assert!(checks.len() >= 30 && finds.len() == 3, "{what}: {lines:?}");
+    assert!(checks.len() >= 30 && finds.len() == 4, "{what}: {lines:?}");
     let pid = w.pid.to_string();
     let mut args = vec!["py-objects".to_string(), "--pid".into(), pid];
     for c in &checks {
@@ -42,7 +43,7 @@ fn check(python: &Path, what: &str) -> Vec<String> {
         );
         args.extend(["--read".to_string(), spec]);
     }
-    for t in ["LoopIter", "LocalIter", "HeldIter"] {
+    for t in ["LoopIter", "LocalIter", "HeldIter", "DictIter"] {
         args.extend(["--find".to_string(), t.to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -73,6 +74,7 @@ fn check(python: &Path, what: &str) -> Vec<String> {
         let via = match f["via"].as_str() {
             Some("local") => "local it",
             Some("attr") => "local loader._iterator",
+            Some("item") => "local held[\"it\"]",
             _ => "stack 0",
         };
         assert!(

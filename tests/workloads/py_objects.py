@@ -88,6 +88,11 @@ class HeldIter:
         self._rcvd_idx = 9
 
 
+class DictIter:
+    def __init__(self):
+        self._num_yielded = 3
+
+
 class Loader:
     def __init__(self):
         self._iterator = HeldIter()
@@ -164,9 +169,17 @@ def main():
 
     it = LocalIter()
     loader = Loader()
-    for found, via in ((it, "local"), (loader._iterator, "attr")):
+    # A loop that calls next() itself may keep its iterator in a dict that
+    # a closure shares (a cell of this frame), as torch_common.py does.
+    held = {"it": DictIter()}
+
+    def peek():
+        return held["it"]
+
+    for found, via in ((it, "local"), (loader._iterator, "attr"), (peek(), "item")):
         print("FIND " + json.dumps({"id": hex(id(found)), "type": type(found).__name__,
                                     "via": via}))
+    del found  # it held the last one: each is to be found where it says
     # As `for i, batch in enumerate(loader)`: the stack holds the
     # enumerate object, which holds the iterator.
     for i, step in enumerate(LoopIter()):

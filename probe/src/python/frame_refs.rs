@@ -1,9 +1,12 @@
 //! Objects the target's Python frames refer to: each thread's frames
 //! (walked from its thread state as `mod.rs` walks them), their locals
-//! (cells followed) and value stacks, and one level of attributes of what
-//! those hold. A `for x in loader:` loop keeps its iterator on its frame's
-//! value stack; `it = iter(loader)` keeps it in a local; a DataLoader with
-//! persistent workers keeps it as `loader._iterator`.
+//! (cells followed) and value stacks, and one level of attributes (of an
+//! instance) or items (of a small dict) of what those hold. A
+//! `for x in loader:` loop keeps its iterator on its frame's value stack;
+//! `it = iter(loader)` keeps it in a local; a DataLoader with persistent
+//! workers keeps it as `loader._iterator`; a loop that calls `next()`
+//! itself may keep it in a dict (`state["it"]`), where it is on no frame
+//! between two calls.
 //!
 //! While a frame runs, CPython does not store its stack's top (3.9
 //! `f_stacktop` is NULL, 3.10 `f_stackdepth` and 3.11+ `stacktop` are -1):
@@ -15,7 +18,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::code::read_string;
-use super::objects::{user_addr, ObjError, Objects, TypeInfo, MAX_REFCNT, TPFLAGS_HEAPTYPE};
+use super::objects::{
+    user_addr, ObjError, Objects, TypeInfo, MAX_REFCNT, TPFLAGS_DICT_SUBCLASS, TPFLAGS_HEAPTYPE,
+};
 use super::offsets::NONE;
 use crate::mem::word_at;
 
@@ -25,6 +30,9 @@ const OWNED_BY_CSTACK: u8 = 3;
 const ENUM_SIT: u64 = 24;
 /// Most slots of a frame read.
 const MAX_SLOTS: u64 = 1 << 16;
+/// Most items of a dict a frame holds looked through: a state dict holds
+/// a few; a big one (a cache, a vocabulary) would cost a read per item.
+const MAX_DICT_ITEMS: u64 = 64;
 
 /// An object found from a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +43,8 @@ pub struct Found {
     pub thread_id: u64,
     /// The frame's function.
     pub function: String,
-    /// `local NAME`, `stack N`, or either with `.ATTR` after it.
+    /// `local NAME`, `stack N`, or either with `.ATTR` or `["KEY"]` after
+    /// it.
     pub via: String,
 }
 
@@ -43,13 +52,24 @@ pub struct Found {
 type Types = HashMap<u64, Option<(TypeInfo, String)>>;
 
 /// Where a look found an object: slot `i` of a frame, or its attribute
-/// `key` of the object in that slot.
+/// or item `key` of the object in that slot.
 #[derive(Clone, Copy)]
 struct Where<'a> {
     thread_id: u64,
     slots: &'a Slots,
     i: usize,
-    key: Option<u64>,
+    key: Option<(u64, Inside)>,
+}
+
+/// What of a slot's object is looked through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inside {
+    /// Nothing (an int, a tuple, a function).
+    Nothing,
+    /// An instance's attributes: it is of a class.
+    Attrs,
+    /// A dict's items.
+    Items,
 }
 
 /// One look through the frames: what is wanted, what was found, and when
@@ -75,8 +95,12 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         } else {
             format!("stack {}", at.i - s.nlocals)
         };
-        if let Some(key) = at.key {
-            via = format!("{via}.{}", objs.key_name(key).unwrap_or_else(|| "?".into()));
+        if let Some((key, inside)) = at.key {
+            let name = objs.key_name(key).unwrap_or_else(|| "?".into());
+            via = match inside {
+                Inside::Items => format!("{via}[{name:?}]"),
+                _ => format!("{via}.{name}"),
+            };
         }
         let f = Found {
             addr,
@@ -144,12 +168,12 @@ impl Objects {
             seen: HashSet::new(),
             types: Types::new(),
         };
-        // Each instance of a class a slot holds, for the attribute pass:
-        // (frame, slot, object).
+        // Each instance of a class or dict a slot holds, for the attribute
+        // pass: (frame, slot, object, what of it).
         let mut instances = Vec::new();
         for (k, (thread_id, slots)) in frames.iter().enumerate() {
             for (i, &w) in slots.words.iter().enumerate() {
-                let Some((obj, name, heap)) = self.slot_object(w, &mut look.types) else {
+                let Some((obj, name, inside)) = self.slot_object(w, &mut look.types) else {
                     continue;
                 };
                 let at = Where {
@@ -161,17 +185,17 @@ impl Objects {
                 if type_names.contains(&name.as_str()) && look.found(self, obj, name, &at) {
                     return Ok(look.out);
                 }
-                if !heap {
+                if inside == Inside::Nothing {
                     continue;
                 }
                 if slots_first {
-                    instances.push((k, i, obj));
-                } else if self.look_in_attrs(&mut look, &at, obj) {
+                    instances.push((k, i, obj, inside));
+                } else if self.look_inside(&mut look, &at, obj, inside) {
                     return Ok(look.out);
                 }
             }
         }
-        for (k, i, obj) in instances {
+        for (k, i, obj, inside) in instances {
             let (thread_id, slots) = &frames[k];
             let at = Where {
                 thread_id: *thread_id,
@@ -179,31 +203,34 @@ impl Objects {
                 i,
                 key: None,
             };
-            if self.look_in_attrs(&mut look, &at, obj) {
+            if self.look_inside(&mut look, &at, obj, inside) {
                 return Ok(look.out);
             }
         }
         Ok(look.out)
     }
 
-    /// Looks through the attributes of `obj`, held at `at`; whether what
-    /// was found is enough.
-    fn look_in_attrs<F: Fn(&Found) -> bool>(
+    /// Looks through the attributes or items of `obj`, held at `at`;
+    /// whether what was found is enough.
+    fn look_inside<F: Fn(&Found) -> bool>(
         &self,
         look: &mut Look<'_, F>,
         at: &Where,
         obj: u64,
+        inside: Inside,
     ) -> bool {
-        // A stale slot's object may be anything: no attributes.
-        let Ok(entries) = self.attr_values(obj) else {
-            return false;
+        // A stale slot's object may be anything: then nothing in it.
+        let entries = match inside {
+            Inside::Attrs => self.attr_values(obj).ok(),
+            Inside::Items => self.dict_items(obj, MAX_DICT_ITEMS).ok().flatten(),
+            Inside::Nothing => None,
         };
-        for (key, v) in entries {
+        for (key, v) in entries.unwrap_or_default() {
             let Some((_, n)) = self.type_named(v, &mut look.types) else {
                 continue;
             };
             let at = Where {
-                key: Some(key),
+                key: Some((key, inside)),
                 ..*at
             };
             if look.type_names.contains(&n.as_str()) && look.found(self, v, n, &at) {
@@ -214,9 +241,10 @@ impl Objects {
     }
 
     /// The object a slot holds (a cell's content for a cell, the wrapped
-    /// iterator for `enumerate(...)`), its type name and whether its type
-    /// is a heap type (a class).
-    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, String, bool)> {
+    /// iterator for `enumerate(...)`), its type name and what of it is
+    /// looked through: a dict's items (a dict subclass's too), an
+    /// instance of a class's attributes.
+    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, String, Inside)> {
         let mut obj = w;
         let (mut t, mut name) = self.type_named(obj, types)?;
         for _ in 0..2 {
@@ -230,7 +258,14 @@ impl Objects {
             obj = self.mem.u64(obj + inner).ok()?;
             (t, name) = self.type_named(obj, types)?;
         }
-        Some((obj, name, t.flags & TPFLAGS_HEAPTYPE != 0))
+        let inside = if t.flags & TPFLAGS_DICT_SUBCLASS != 0 {
+            Inside::Items
+        } else if t.flags & TPFLAGS_HEAPTYPE != 0 {
+            Inside::Attrs
+        } else {
+            Inside::Nothing
+        };
+        Some((obj, name, inside))
     }
 
     /// The type of the object at `obj` and its name, as
@@ -400,13 +435,27 @@ impl Objects {
             .unwrap_or_else(|| "?".into())
     }
 
+    /// Slot `i`'s name: 3.11+'s `co_localsplusnames` names them all;
+    /// 3.9/3.10's cells and free variables, after the locals, are named
+    /// in `co_cellvars` then `co_freevars`.
     fn local_name(&self, code: u64, i: usize) -> String {
-        self.mem
-            .u64(code + self.lay.co_varnames)
-            .ok()
-            .and_then(|t| self.items(t).ok())
-            .and_then(|names| names.get(i).copied())
-            .and_then(|n| read_string(&self.mem, &self.off, n))
+        let l = &self.lay;
+        let mut names = Vec::new();
+        for at in [Some(l.co_varnames), l.co_cellvars, l.co_freevars]
+            .into_iter()
+            .flatten()
+        {
+            let Some(t) = self.mem.u64(code + at).ok() else {
+                break;
+            };
+            names.extend(self.items(t).unwrap_or_default());
+            if names.len() > i {
+                break;
+            }
+        }
+        names
+            .get(i)
+            .and_then(|&n| read_string(&self.mem, &self.off, n))
             .unwrap_or_else(|| i.to_string())
     }
 }

@@ -48,7 +48,7 @@ const TPFLAGS_LONG_SUBCLASS: u64 = 1 << 24;
 const TPFLAGS_LIST_SUBCLASS: u64 = 1 << 25;
 const TPFLAGS_TUPLE_SUBCLASS: u64 = 1 << 26;
 const TPFLAGS_UNICODE_SUBCLASS: u64 = 1 << 28;
-const TPFLAGS_DICT_SUBCLASS: u64 = 1 << 29;
+pub(super) const TPFLAGS_DICT_SUBCLASS: u64 = 1 << 29;
 const TPFLAGS_TYPE_SUBCLASS: u64 = 1 << 31;
 
 /// Most items of a list or tuple, entries of a dict, read.
@@ -517,7 +517,7 @@ impl Objects {
         Ok(keys)
     }
 
-    fn dict_entries(&self, d: u64) -> Result<Vec<Entry>, ObjError> {
+    pub(super) fn dict_entries(&self, d: u64) -> Result<Vec<Entry>, ObjError> {
         let t = self.type_of(d)?;
         if t.flags & TPFLAGS_DICT_SUBCLASS == 0 {
             return Err(self.layout_err(format!("__dict__ at {d:#x} is not a dict")));

@@ -101,6 +101,22 @@ impl Objects {
             .collect())
     }
 
+    /// The items of the dict at `d` as (key object, value), if it holds
+    /// at most `most` (its `ma_used`, the word two before `ma_keys`, read
+    /// first: a look through a frame's dicts skips the big ones).
+    pub fn dict_items(&self, d: u64, most: u64) -> Result<Option<Vec<(u64, u64)>>, ObjError> {
+        let used = self.mem.u64(d + self.lay.dict_keys - 16)?;
+        if used > most {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.dict_entries(d)?
+                .into_iter()
+                .map(|(key, value, _, _)| (key, value))
+                .collect(),
+        ))
+    }
+
     /// An attribute's key as a string, if it is a `str`.
     pub fn key_name(&self, key: u64) -> Option<String> {
         (self.mem.u64(key + self.lay.ob_type).ok()? == self.str_type)

@@ -31,6 +31,9 @@ pub struct IterReader {
     /// The iterator found last, and its type object.
     iter: u64,
     iter_type: u64,
+    /// The thread whose frames held it when it was found: the training
+    /// loop's.
+    holder: u64,
     looked: Instant,
     /// Where the iterator keeps `_num_yielded` and, when it counts batches
     /// sent (map-style, with workers), `_send_idx`, and the int type: each
@@ -83,13 +86,19 @@ impl LoaderState {
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
 pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
     let objs = Objects::new(py).context("reading the training process's Python objects")?;
-    let Some((iter, iter_type)) = locate(&objs, None) else {
+    let Some(Located {
+        iter,
+        iter_type,
+        holder,
+    }) = locate(&objs, None)
+    else {
         return Ok(None);
     };
     Ok(Some(IterReader {
         objs,
         iter,
         iter_type,
+        holder,
         looked: Instant::now(),
         slots: None,
         looked_at: None,
@@ -97,10 +106,18 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
     }))
 }
 
+/// An iterator found on the frames.
+struct Located {
+    iter: u64,
+    iter_type: u64,
+    /// The thread whose frame holds it (`thread_id`).
+    holder: u64,
+}
+
 /// The iterator the frames hold, with its type object: the first found
 /// other than `stale` (one that stopped counting: an epoch's old iterator
 /// and the next one can both be alive), else `stale` itself.
-fn locate(objs: &Objects, stale: Option<u64>) -> Option<(u64, u64)> {
+fn locate(objs: &Objects, stale: Option<u64>) -> Option<Located> {
     let found = match objs.find_on_frames_until(ITER_TYPES, |f| Some(f.addr) != stale) {
         Ok(f) => f,
         Err(e) => {
@@ -113,8 +130,12 @@ fn locate(objs: &Objects, stale: Option<u64>) -> Option<(u64, u64)> {
         .find(|f| Some(f.addr) != stale)
         .or_else(|| found.first())?;
     let ty = objs.type_of(f.addr).ok()?;
-    debug!(addr = f.addr, via = %f.via, function = %f.function, "DataLoader iterator");
-    Some((f.addr, ty.addr))
+    debug!(addr = f.addr, via = %f.via, function = %f.function, thread = f.thread_id, "DataLoader iterator");
+    Some(Located {
+        iter: f.addr,
+        iter_type: ty.addr,
+        holder: f.thread_id,
+    })
 }
 
 /// What says an object is still the one whose attribute slot was cached:
@@ -377,9 +398,10 @@ impl LoaderReader for IterReader {
             self.looked_at = now;
         }
         if looked {
-            if let Some((iter, ty)) = locate(&self.objs, alive.then_some(self.iter)) {
-                self.iter = iter;
-                self.iter_type = ty;
+            if let Some(l) = locate(&self.objs, alive.then_some(self.iter)) {
+                self.iter = l.iter;
+                self.iter_type = l.iter_type;
+                self.holder = l.holder;
             }
             self.looked = Instant::now();
             self.looked_at = self.counted();
@@ -432,6 +454,7 @@ impl LoaderReader for IterReader {
             num_yielded,
             sent,
             tasks_outstanding,
+            held_by: Some(self.holder),
             ..known.state.clone()
         })
     }
@@ -461,6 +484,7 @@ impl IterReader {
             iter: self.iter,
             num_yielded: 0,
             sent: None,
+            held_by: None,
             num_workers: int(0).and_then(|v| u32::try_from(v).ok())?,
             prefetch_factor: int(1).and_then(|v| u32::try_from(v).ok()),
             pin_memory: flag(2),

@@ -38,6 +38,9 @@ pub struct LoaderState {
     pub num_yielded: u64,
     /// `_send_idx` of a map-style iterator with workers.
     pub sent: Option<u64>,
+    /// The thread whose frames hold the iterator (CPython's `thread_id`):
+    /// the training loop's.
+    pub held_by: Option<u64>,
     pub num_workers: u32,
     pub prefetch_factor: Option<u32>,
     pub pin_memory: bool,
@@ -67,7 +70,8 @@ pub struct Observed {
     pub ticks: u64,
     /// Wall time covered by the ticks, ns.
     pub covered_ns: u64,
-    /// The training loop's thread (the one seen in the loader's `next()`).
+    /// The training loop's thread (the one holding the loader's
+    /// iterator).
     pub training: StageNs,
     /// Ticks before the training loop's thread was known.
     pub training_unknown_ns: u64,
@@ -312,6 +316,12 @@ impl Run {
             };
             if let Some(s) = &state {
                 self.follow_workers(&s.workers);
+                // The thread whose frames hold the iterator is the loop's,
+                // known from the first read: a loop that seldom waits (a
+                // long training step) is seldom caught in `next()`.
+                if s.held_by.is_some() {
+                    self.loop_thread = s.held_by;
+                }
             }
             let count = match &state {
                 Some(s) => Some(Count {
@@ -482,9 +492,9 @@ impl Run {
         }
     }
 
-    /// The training loop's stage (once its thread is known: the one seen
-    /// in the loader's `next()`) and the pin-memory thread's, with its
-    /// stack.
+    /// The training loop's stage (once its thread is known: the one whose
+    /// frames hold the loader's iterator, else the first seen in its
+    /// `next()`) and the pin-memory thread's, with its stack.
     fn training_stages<'s>(
         &mut self,
         stacks: &'s [Stack],
