@@ -6,6 +6,16 @@
 //! recording is the sum of each iterator epoch's last value seen; reads
 //! often enough (the stage sampler reads at every tick) lose at most what
 //! the loop yields between the last read of an epoch and its end.
+//!
+//! Two things close an epoch's count where the reads cannot. With workers,
+//! a map-style iterator's `_send_idx` stands still once the sampler ran
+//! out: every batch sent is yielded before the epoch ends. Without, the
+//! loop builds each batch itself, and an epoch's last `next()` raises
+//! before it fetches an item (the sampler runs out first): a loop seen
+//! building a batch after the last read will yield it. Without a training
+//! step between batches the loop starts the next epoch within
+//! microseconds of yielding the last batch, so that batch is seen
+//! building, never counted (an epoch of 16 batches lost 1 in 16-40).
 
 use std::collections::HashMap;
 
@@ -34,6 +44,10 @@ struct Epoch {
     drained: bool,
     /// Another iterator took over: this epoch is over.
     over: bool,
+    /// The loop was seen building a batch of this epoch (map-style,
+    /// without workers) since its count last rose: it will yield it, so
+    /// the epoch's count is at least one more.
+    building: bool,
 }
 
 impl Epoch {
@@ -43,6 +57,7 @@ impl Epoch {
             sent: c.sent,
             drained: false,
             over: false,
+            building: false,
         }
     }
 
@@ -50,7 +65,7 @@ impl Epoch {
     fn last(&self) -> u64 {
         match self.sent {
             Some(s) if self.drained => s.max(self.yielded),
-            _ => self.yielded,
+            _ => self.yielded + u64::from(self.building),
         }
     }
 
@@ -61,6 +76,10 @@ impl Epoch {
             } else if c.yielded > self.yielded && s1 > c.yielded {
                 self.drained = true;
             }
+        }
+        // The batch seen building may be the one now counted.
+        if c.yielded > self.yielded {
+            self.building = false;
         }
         self.yielded = c.yielded;
         self.sent = c.sent;
@@ -75,6 +94,8 @@ pub struct EpochTotal {
     /// Each iterator object's epoch at its last read: an old iterator
     /// still alive beside the new one keeps its count, read or not.
     last: HashMap<u64, Epoch>,
+    /// The iterator read last.
+    current: Option<u64>,
     /// Epochs that ended while we watched.
     pub epochs: u64,
 }
@@ -90,6 +111,7 @@ impl EpochTotal {
         if c.sent.is_some_and(|s| c.yielded > s) {
             return;
         }
+        self.current = Some(c.iter);
         match self.last.get_mut(&c.iter) {
             Some(e) if c.yielded < e.yielded => {
                 self.done += e.last();
@@ -103,6 +125,19 @@ impl EpochTotal {
                 }
                 self.epochs += u64::from(!self.last.is_empty());
                 self.last.insert(c.iter, Epoch::new(c));
+            }
+        }
+    }
+
+    /// The training loop was seen building a batch of a map-style loader
+    /// without workers, after the last read: the iterator read last will
+    /// yield it (see the module's comment). Only the loop's own fetch says
+    /// so: an iterable dataset's last `next()` fetches and finds nothing,
+    /// and a worker's fetch is no batch of this process's count.
+    pub fn building(&mut self) {
+        if let Some(e) = self.current.and_then(|i| self.last.get_mut(&i)) {
+            if !e.over && e.sent.is_none() {
+                e.building = true;
             }
         }
     }
@@ -151,6 +186,38 @@ mod tests {
         // A new iterator where a freed one was.
         t.see(c(0x10, 0));
         assert_eq!((t.total(), t.epochs), (14, 3));
+    }
+
+    #[test]
+    fn a_batch_seen_building_ends_its_epoch() {
+        let mut t = EpochTotal::default();
+        // Read at 14 of 16, seen building 15, then 15 read: nothing more.
+        t.see(c(0x10, 14));
+        t.building();
+        t.see(c(0x10, 15));
+        assert_eq!(t.total(), 15);
+        // Seen building 16; the next read finds a new iterator at the
+        // same address: the old epoch yielded it.
+        t.building();
+        assert_eq!(t.total(), 15, "a running epoch counts what it yielded");
+        t.see(c(0x10, 0));
+        assert_eq!((t.total(), t.epochs), (16, 1));
+        // The same at a new address.
+        t.see(c(0x10, 15));
+        t.building();
+        t.see(c(0x20, 1));
+        assert_eq!((t.total(), t.epochs), (16 + 16 + 1, 2));
+        // Not seen building: what was read.
+        t.see(c(0x20, 15));
+        t.see(c(0x30, 0));
+        assert_eq!(t.total(), 16 + 16 + 15);
+        // An old iterator read again after a new one took over: its epoch
+        // is over, whatever the loop builds now.
+        t.see(c(0x30, 3));
+        t.see(c(0x40, 0));
+        t.see(c(0x30, 3));
+        t.building();
+        assert_eq!(t.total(), 16 + 16 + 15 + 3);
     }
 
     fn s(iter: u64, yielded: u64, sent: u64) -> Count {

@@ -464,13 +464,14 @@ impl IterReader {
     /// The settings and workers of the iterator, its attributes looked
     /// up by name in one pass.
     fn read_state(&self) -> Option<LoaderState> {
-        const NAMES: [&str; 6] = [
+        const NAMES: [&str; 7] = [
             "_num_workers",
             "_prefetch_factor",
             "_pin_memory",
             "_persistent_workers",
             "_index_sampler",
             "_workers",
+            "_dataset_kind",
         ];
         let found = self.objs.attr_slots(self.iter, &NAMES).ok()?;
         let value = |i: usize| self.objs.word(found[i]?.0).ok();
@@ -493,6 +494,7 @@ impl IterReader {
             drop_last: sampler("drop_last").is_some_and(|v| v != 0),
             tasks_outstanding: None,
             workers: value(5).map(|l| self.workers(l)).unwrap_or_default(),
+            map_style: int(6) == Some(0),
         })
     }
 }

@@ -51,6 +51,9 @@ pub struct LoaderState {
     pub tasks_outstanding: Option<u64>,
     /// (worker id, pid) of each worker process.
     pub workers: Vec<(u32, i32)>,
+    /// A map-style dataset's loader (`_dataset_kind` 0), not an iterable
+    /// one's.
+    pub map_style: bool,
 }
 
 /// Reads the loader's iterator in the training process.
@@ -468,6 +471,15 @@ impl Run {
         match loop_stage {
             Some(s) => *o.training.entry(s).or_default() += dt,
             None => o.training_unknown_ns += dt,
+        }
+        // Building a batch itself, after this tick's count read: the loop
+        // will yield it, though the epoch may end before the next read.
+        let builds = o
+            .state
+            .as_ref()
+            .is_some_and(|s| s.num_workers == 0 && s.map_style);
+        if builds && matches!(loop_stage, Some(Stage::GetItem | Stage::Collate)) {
+            o.batches.building();
         }
         if let (Some(st), Some(waits)) = (loop_stage, loop_gil) {
             match count_wait(&mut o, waits) {
