@@ -125,16 +125,16 @@ struct Slots {
 impl Objects {
     /// The objects of the given type names (`tp_name`) that any thread's
     /// frames hold in a local or on their value stack, or as an attribute
-    /// of an instance held there; each address once, named by the first
-    /// way to it: frame by frame, innermost first, each slot then its
-    /// object's attributes.
+    /// of an instance or an item of a small dict held there; each address
+    /// once, named by the first way to it: frame by frame, innermost
+    /// first, each slot then its object's attributes or items.
     pub fn find_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
         self.look_through_frames(type_names, false, |_| false)
     }
 
     /// As [`Objects::find_on_frames`], ending at the first object found
     /// that `enough` accepts (included), and every frame's own slots
-    /// looked through before any attribute: a look for the one object a
+    /// looked through before any attribute or item: a look for the one object a
     /// loop runs on (`self` of the loader's `__next__`) then ends before
     /// reading the attributes of every frame's locals (thousands of
     /// reads; the frames' slots are still all read first).
