@@ -7,10 +7,10 @@
 //! 3.13 (pyenv's, and a static /usr/bin/python3.11 where there is one):
 //! every value must match exactly, and the iterators the workload's frames
 //! hold (a local, the loop's value stack, an attribute of a local, an item
-//! of a dict in a closure's cell) must be
-//! found where it says. With threads that take turns at the GIL, the
-//! stage sampler's view of each thread (its kernel id, whether it waits
-//! for the GIL) against the threads' own word.
+//! of a dict in a closure's cell) must be found where it says. With
+//! threads that take turns at the GIL, the stage sampler's view of each
+//! thread (its kernel id, whether it waits for the GIL) against the
+//! threads' own word.
 
 use std::path::Path;
 
