@@ -2,7 +2,8 @@
 """Does the advice hold when applied? What a user does with the report, per workload:
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
-        [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc] [--runs 3] [--base-runs 1]
+        [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc,
+               torch_pyx_workers] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
@@ -76,6 +77,12 @@ CASES = {
     # file descriptor (a note; no change is advised for it).
     "torch_ipc": ("torch_pyxform.py", ["--num-workers", "2", "--batch-size", "16",
                                        "--epoch-samples", "1024"], None),
+    # The same transform on one persistent worker: the advice is a second
+    # one, where the worker's resource sharer and its main thread take
+    # turns at its GIL.
+    "torch_pyx_workers": ("torch_pyxform.py", ["--num-workers", "1", "--persistent-workers",
+                                               "--batch-size", "16", "--epoch-samples", "1024"],
+                          None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
 # num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
