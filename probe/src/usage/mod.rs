@@ -179,7 +179,18 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     /// Opens and closes attribution windows; returns how soon it must run
     /// again (None: nothing scheduled).
     pub fn tick(&mut self) -> Option<Duration> {
-        self.windows.tick()
+        let next = self.windows.tick();
+        // A window part may have just moved on: hand the stack copies in
+        // the ring over now, not at the next poll. An attribution part's
+        // block copies fill the ring's 256 (a pipeline's threads each send
+        // one every 20 ms), and the lock and GIL copies of the waits part
+        // that follows found no room until a poll happened to fall between
+        // the two: with none, a recording had no GIL stack but the
+        // frame-pointer walk's, cut inside libpython.
+        if let Some(w) = &mut self.wait_stacks {
+            w.forward();
+        }
+        next
     }
 
     /// A node that died between two polls (RemoveNode): its path, from
