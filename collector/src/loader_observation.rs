@@ -114,8 +114,16 @@ pub struct WorkerObservation {
 }
 
 /// The training loop's stages inside the loader's `next()` and `iter()`:
-/// the data stall.
-pub(crate) const STALLS: [&str; 5] = ["wait", "receive", "startup", "get_item", "collate"];
+/// the data stall. `pin_memory` is the loop's only without workers, when
+/// it pins each batch itself.
+pub(crate) const STALLS: [&str; 6] = [
+    "wait",
+    "receive",
+    "startup",
+    "get_item",
+    "collate",
+    "pin_memory",
+];
 
 /// What each key of `b` grew by since `a` (0 for a key `a` lacks).
 pub(crate) fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {

@@ -399,9 +399,12 @@ fn nodes_of(o: &Observed) -> Vec<NodeObservation> {
             (g + ns(w, Stage::GetItem), c + ns(w, Stage::Collate))
         })
     } else {
+        // The loop pins each batch itself after collating it (pin_memory
+        // without workers): one after the other in its thread, so the
+        // pinning is charged with the collate.
         (
             ns(&o.training, Stage::GetItem),
-            ns(&o.training, Stage::Collate),
+            ns(&o.training, Stage::Collate) + ns(&o.training, Stage::PinMemory),
         )
     };
     let link = |name, elements: i64, time: u64, buffered: i64| Link {
@@ -674,6 +677,12 @@ mod tests {
         assert_eq!(n[0].ratio, Some(8.0));
         assert_eq!(n[2].path, "Root::Collate::GetItem::Sampler");
         assert_eq!(n[2].parent, Some(n[1].addr));
+        // Pinning without workers: the loop's, after its collate.
+        let mut pinned = observed(0, true);
+        pinned.training.insert(Stage::PinMemory, 40);
+        let n = nodes_of(&pinned);
+        assert_eq!(names(&n), ["Collate", "GetItem", "Sampler"]);
+        assert_eq!(n[0].counters.processing_time_ns, 140);
 
         let n = nodes_of(&observed(4, true));
         assert_eq!(

@@ -478,7 +478,12 @@ impl Run {
             .state
             .as_ref()
             .is_some_and(|s| s.num_workers == 0 && s.map_style);
-        if builds && matches!(loop_stage, Some(Stage::GetItem | Stage::Collate)) {
+        if builds
+            && matches!(
+                loop_stage,
+                Some(Stage::GetItem | Stage::Collate | Stage::PinMemory)
+            )
+        {
             o.batches.building();
         }
         if let (Some(st), Some(waits)) = (loop_stage, loop_gil) {
@@ -516,7 +521,7 @@ impl Run {
         // A partial stack says no stage: its thread's tick is not counted.
         for s in stacks.iter().filter(|s| s.complete) {
             let st = classify(&s.frames);
-            if matches!(st, Stage::PinMemory) || (st == Stage::Idle && is_pin_thread(s)) {
+            if is_pin_thread(s) {
                 pin = Some((st, s));
                 continue;
             }
@@ -598,6 +603,9 @@ fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a St
     }
 }
 
+/// The pin-memory thread: it runs `_pin_memory_loop`. Without workers
+/// there is none, and the training loop pins each batch itself, under the
+/// same `pin_memory` function: that is the loop's stage, a stall.
 fn is_pin_thread(s: &Stack) -> bool {
     s.frames
         .iter()
@@ -685,6 +693,29 @@ mod tests {
             yielded,
             sent: None,
         })
+    }
+
+    fn stack(frames: &[&str]) -> Stack {
+        let pin = "/t/torch/utils/data/_utils/pin_memory.py";
+        Stack {
+            thread_id: 1,
+            tid: 1,
+            frames: frames
+                .iter()
+                .map(|f| (Arc::from(*f), Arc::from(pin)))
+                .collect(),
+            complete: true,
+        }
+    }
+
+    #[test]
+    fn the_pin_thread_is_the_one_in_its_loop() {
+        let thread = stack(&["_pin_memory_loop", "do_one_step", "pin_memory"]);
+        assert!(is_pin_thread(&thread));
+        // Without workers the loop pins its own batches: not the thread.
+        let own = stack(&["_next_data", "pin_memory"]);
+        assert!(!is_pin_thread(&own));
+        assert_eq!(classify(&own.frames), Stage::PinMemory);
     }
 
     #[test]

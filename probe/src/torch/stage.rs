@@ -224,12 +224,17 @@ impl Stage {
     }
 
     /// Whether the training loop waits for data in this stage: in `next()`,
-    /// whether waiting for a worker, receiving its batch, starting workers
-    /// or fetching the batch itself.
+    /// whether waiting for a worker, receiving its batch, starting workers,
+    /// or fetching the batch and pinning it itself (without workers).
     pub fn stalls(self) -> bool {
         matches!(
             self,
-            Stage::Wait | Stage::Receive | Stage::Startup | Stage::GetItem | Stage::Collate
+            Stage::Wait
+                | Stage::Receive
+                | Stage::Startup
+                | Stage::GetItem
+                | Stage::Collate
+                | Stage::PinMemory
         )
     }
 }
@@ -349,6 +354,18 @@ mod tests {
         ];
         assert_eq!(st(&fetching), Stage::GetItem);
         assert!(Stage::GetItem.stalls() && !Stage::Other.stalls());
+        // num_workers=0 and pin_memory: the loop pins the batch itself
+        // (`_SingleProcessDataLoaderIter._next_data`), still in `next()`.
+        let pinning = [
+            ("<module>", "train.py"),
+            ("__next__", DL),
+            ("_next_data", DL),
+            ("pin_memory", "/t/torch/utils/data/_utils/pin_memory.py"),
+            ("<dictcomp>", "/t/torch/utils/data/_utils/pin_memory.py"),
+            ("pin_memory", "/t/torch/utils/data/_utils/pin_memory.py"),
+        ];
+        assert_eq!(st(&pinning), Stage::PinMemory);
+        assert!(Stage::PinMemory.stalls());
     }
 
     #[test]
