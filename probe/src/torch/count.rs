@@ -9,7 +9,10 @@
 //!
 //! Two things close an epoch's count where the reads cannot. With workers,
 //! a map-style iterator's `_send_idx` stands still once the sampler ran
-//! out: every batch sent is yielded before the epoch ends. Without, the
+//! out: every batch sent is yielded before the epoch ends. Once one epoch
+//! was seen so, an epoch last read with as many sent had run out too: at
+//! an epoch's end the loop can take the batches in flight within a
+//! millisecond or two, too fast for the reads to see them drain. Without, the
 //! loop builds each batch itself, and an epoch's last `next()` raises
 //! before it fetches an item (the sampler runs out first): a loop seen
 //! building a batch after the last read will yield it. Without a training
@@ -61,10 +64,14 @@ impl Epoch {
         }
     }
 
-    /// The epoch's count once it is over.
-    fn last(&self) -> u64 {
+    /// The epoch's count once it is over. `ran_out`: where the sampler ran
+    /// out in an epoch seen drained: an epoch last read with as many sent
+    /// had sent its last batch too, though no read saw it drain (at the
+    /// end the worker's GIL is free and the loop takes the last batches
+    /// in flight within a millisecond or two).
+    fn last(&self, ran_out: Option<u64>) -> u64 {
         match self.sent {
-            Some(s) if self.drained => s.max(self.yielded),
+            Some(s) if self.drained || ran_out == Some(s) => s.max(self.yielded),
             _ => self.yielded + u64::from(self.building),
         }
     }
@@ -98,6 +105,11 @@ pub struct EpochTotal {
     current: Option<u64>,
     /// Epochs that ended while we watched.
     pub epochs: u64,
+    /// The count of the epoch that ended last: where the next one will
+    /// end too, on a map-style loader (its sampler's length).
+    ended: Option<u64>,
+    /// Where the sampler ran out in the last epoch seen drained.
+    ran_out: Option<u64>,
 }
 
 impl EpochTotal {
@@ -111,15 +123,28 @@ impl EpochTotal {
         if c.sent.is_some_and(|s| c.yielded > s) {
             return;
         }
-        self.current = Some(c.iter);
+        let before = self.current.replace(c.iter);
         match self.last.get_mut(&c.iter) {
             Some(e) if c.yielded < e.yielded => {
-                self.done += e.last();
+                let n = e.last(self.ran_out);
+                self.done += n;
                 self.epochs += 1;
+                self.ended = Some(n);
                 *e = Epoch::new(c);
             }
-            Some(e) => e.update(c),
+            Some(e) => {
+                e.update(c);
+                if e.drained {
+                    self.ran_out = e.sent;
+                }
+            }
             None => {
+                // The epoch read last is the one that just ended (not an
+                // old iterator read again after its epoch was over).
+                let was = before.and_then(|i| self.last.get(&i));
+                if let Some(e) = was.filter(|e| !e.over) {
+                    self.ended = Some(e.last(self.ran_out));
+                }
                 for e in self.last.values_mut() {
                     e.over = true;
                 }
@@ -142,13 +167,31 @@ impl EpochTotal {
         }
     }
 
+    /// The count at which the last epoch that ended while we watched
+    /// ended: None before one did.
+    pub fn ended_at(&self) -> Option<u64> {
+        self.ended
+    }
+
+    /// Where the sampler ran out in the last epoch seen drained: an epoch
+    /// that sent as many closes there (see `Epoch::last`).
+    pub fn ran_out(&self) -> Option<u64> {
+        self.ran_out
+    }
+
     /// Everything counted so far, from the first read on.
     pub fn total(&self) -> u64 {
         self.done
             + self
                 .last
                 .values()
-                .map(|e| if e.over { e.last() } else { e.yielded })
+                .map(|e| {
+                    if e.over {
+                        e.last(self.ran_out)
+                    } else {
+                        e.yielded
+                    }
+                })
                 .sum::<u64>()
     }
 }
@@ -220,6 +263,26 @@ mod tests {
         assert_eq!(t.total(), 16 + 16 + 15 + 3);
     }
 
+    #[test]
+    fn the_last_epoch_says_where_the_next_ends() {
+        let mut t = EpochTotal::default();
+        t.see(c(0x10, 5));
+        assert_eq!(t.ended_at(), None);
+        // Reset where it was (persistent workers): ended at 16.
+        t.see(c(0x10, 16));
+        t.see(c(0x10, 2));
+        assert_eq!(t.ended_at(), Some(16));
+        // A new iterator: the one read last ended; an old one read again
+        // after it does not move the figure.
+        t.see(c(0x10, 15));
+        t.building();
+        t.see(c(0x20, 1));
+        assert_eq!(t.ended_at(), Some(16));
+        t.see(c(0x10, 15));
+        t.see(c(0x30, 0));
+        assert_eq!(t.ended_at(), Some(16));
+    }
+
     fn s(iter: u64, yielded: u64, sent: u64) -> Count {
         Count {
             iter,
@@ -252,5 +315,28 @@ mod tests {
         // A torn read (more yielded than sent) is not counted.
         t.see(s(0x30, 90, 7));
         assert_eq!(t.total(), 16 + 6 + 16 + 2);
+    }
+
+    #[test]
+    fn an_epoch_that_sent_as_many_as_a_drained_one_ran_out_too() {
+        let mut t = EpochTotal::default();
+        // Last read with all 16 sent, not seen drained: what was yielded.
+        t.see(s(0x10, 13, 15));
+        t.see(s(0x10, 14, 16));
+        t.see(s(0x10, 1, 3));
+        assert_eq!(t.total(), 14 + 1);
+        // Seen drained at 16: the sampler runs out there.
+        t.see(s(0x10, 14, 16));
+        t.see(s(0x10, 15, 16));
+        t.see(s(0x10, 0, 2));
+        assert_eq!(t.total(), 14 + 16);
+        // Then an epoch last read at 14 of 16 sent ran out as well.
+        t.see(s(0x10, 14, 16));
+        t.see(s(0x20, 0, 2));
+        assert_eq!(t.total(), 14 + 16 + 16);
+        // One that stopped sending short of it (a break) did not.
+        t.see(s(0x20, 6, 8));
+        t.see(s(0x30, 0, 2));
+        assert_eq!(t.total(), 14 + 16 + 16 + 6);
     }
 }
