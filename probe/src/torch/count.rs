@@ -49,8 +49,10 @@ struct Epoch {
     /// last count is `sent`, even when the loop took the last ones
     /// between two reads.
     drained: bool,
-    /// Another iterator took over: this epoch is over.
-    over: bool,
+    /// Another iterator took over: this epoch is over, counted with what
+    /// was learned by then. Learned later, it would change a count that
+    /// an earlier total, the window's start, already holds.
+    over: Option<Learned>,
     /// The loop was seen building a batch of this epoch (map-style,
     /// without workers) since its count last rose: it will yield it, so
     /// the epoch's count is at least one more.
@@ -63,7 +65,7 @@ impl Epoch {
             yielded: c.yielded,
             sent: c.sent,
             drained: false,
-            over: false,
+            over: None,
             building: false,
         }
     }
@@ -171,15 +173,16 @@ impl EpochTotal {
                 // The epoch read last is the one that just ended (not an
                 // old iterator read again after its epoch was over).
                 let was = before.and_then(|i| self.last.get(&i));
-                if let Some(e) = was.filter(|e| !e.over) {
+                if let Some(e) = was.filter(|e| e.over.is_none()) {
                     let n = e.last(self.learned);
                     if e.building {
                         self.learned.built = Some(n);
                     }
                     self.ended = Some(n);
                 }
+                let learned = self.learned;
                 for e in self.last.values_mut() {
-                    e.over = true;
+                    e.over.get_or_insert(learned);
                 }
                 self.epochs += u64::from(!self.last.is_empty());
                 self.last.insert(c.iter, Epoch::new(c));
@@ -194,7 +197,7 @@ impl EpochTotal {
     /// and a worker's fetch is no batch of this process's count.
     pub fn building(&mut self) {
         if let Some(e) = self.current.and_then(|i| self.last.get_mut(&i)) {
-            if !e.over && e.sent.is_none() {
+            if e.over.is_none() && e.sent.is_none() {
                 e.building = true;
             }
         }
@@ -218,12 +221,9 @@ impl EpochTotal {
             + self
                 .last
                 .values()
-                .map(|e| {
-                    if e.over {
-                        e.last(self.learned)
-                    } else {
-                        e.yielded
-                    }
+                .map(|e| match e.over {
+                    Some(learned) => e.last(learned),
+                    None => e.yielded,
                 })
                 .sum::<u64>()
     }
@@ -374,6 +374,23 @@ mod tests {
         t.see(c(0x20, 14));
         t.see(c(0x20, 0));
         assert_eq!(t.total(), 15 + 16 + 16 + 16 + 14);
+    }
+
+    #[test]
+    fn what_is_learned_later_leaves_ended_epochs_as_counted() {
+        let mut t = EpochTotal::default();
+        // Over (a new iterator) one short, before anything was learned.
+        t.see(c(0x10, 15));
+        t.see(c(0x20, 0));
+        let before = t.total();
+        assert_eq!(before, 15);
+        // Then an epoch's last batch seen building: 16 learned. The first
+        // epoch stays at 15, or a window's start (the total then) would
+        // count its batch as the window's.
+        t.see(c(0x20, 15));
+        t.building();
+        t.see(c(0x30, 0));
+        assert_eq!(t.total(), 15 + 16);
     }
 
     #[test]

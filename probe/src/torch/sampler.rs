@@ -339,12 +339,20 @@ impl Run {
                 None => self.reader.yielded(),
             };
             lost = count.is_none();
+            if lost && per_period == 1 {
+                // The iterator is gone (an epoch ended): read as often as
+                // when nothing is known, so that the next one and its
+                // workers are found soon; the tick stays where it was due
+                // (this read counts as one of the reads before it).
+                per_period = COUNTS_PER_TICK;
+                until_tick = until_tick.saturating_sub(1) * COUNTS_PER_TICK + 1;
+            }
             last_count = count.or(last_count);
             self.counted(count, state);
             until_tick = until_tick.saturating_sub(1);
             if until_tick == 0 {
                 let mono = now_ns().0;
-                self.tick(last_stacks, mono);
+                self.tick(last_stacks, mono, count.is_some());
                 last_stacks = mono;
                 per_period = counts_per_period(at_tick, last_count, periods);
                 if per_period > 1 {
@@ -352,7 +360,7 @@ impl Run {
                     per_period = match reach(at_tick, last_count, end, ran_out) {
                         Reach::Far => 1,
                         Reach::Near => COUNTS_NEAR_END,
-                        Reach::Unknown => per_period,
+                        Reach::Settled | Reach::Unknown => per_period,
                     };
                 }
                 // Slowed by the cost meter, the ticks (every thread's
@@ -431,8 +439,9 @@ impl Run {
     }
 
     /// Reads every stack and adds the time since the last tick,
-    /// `[start_ns, end_ns]`, to each thread's stage.
-    fn tick(&mut self, start_ns: u64, end_ns: u64) {
+    /// `[start_ns, end_ns]`, to each thread's stage. `counted`: the count
+    /// read just before it found the iterator.
+    fn tick(&mut self, start_ns: u64, end_ns: u64, counted: bool) {
         let dt = end_ns.saturating_sub(start_ns);
         let training = self.training.stacks().unwrap_or_default();
         let (loop_stage, pin) = self.training_stages(&training);
@@ -500,11 +509,16 @@ impl Run {
         }
         // Building a batch itself, after this tick's count read: the loop
         // will yield it, though the epoch may end before the next read.
+        // Not when that read found no iterator: the epoch it read last may
+        // be over, and the batch the next one's (the old iterator freed
+        // as the new one took its place, the new one not found yet: +1.2%
+        // on a slow loop, and a wrong epoch length learned from it).
         let builds = o
             .state
             .as_ref()
             .is_some_and(|s| s.num_workers == 0 && s.map_style);
         if builds
+            && counted
             && matches!(
                 loop_stage,
                 Some(Stage::GetItem | Stage::Collate | Stage::PinMemory)
@@ -619,9 +633,14 @@ fn counts_per_period(before: Option<Count>, now: Option<Count>, periods: u32) ->
 /// How near the running epoch may be to its end by the next tick.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reach {
-    /// It cannot end before it, or its count is settled: one count read a
-    /// period loses nothing.
+    /// It cannot end before it: one count read a period loses nothing.
     Far,
+    /// Its count is settled (it sent as many as an epoch seen drained),
+    /// and it ends within the batches in flight: read as often as when
+    /// not known, so that its end, and the next epoch's iterator and
+    /// workers, are found as soon as before (a worker of a 16-batch epoch
+    /// lives half a second).
+    Settled,
     /// It may, with workers: the loop can take the batches in flight
     /// within milliseconds, so that only reads that close together see the
     /// sampler run out (`count.rs`, a drained epoch).
@@ -634,8 +653,8 @@ enum Reach {
 /// ended (a map-style loader's epochs are as long as its sampler), and
 /// `ran_out`, where its sampler ran out in an epoch seen drained. Near
 /// once less than three times the batches of the last tick (`margin`),
-/// past those already sent to the workers, are left; settled (far) once
-/// it sent as many as `ran_out`: it closes there (`count.rs`). The count
+/// past those already sent to the workers, are left; settled once it
+/// sent as many as `ran_out`: it closes there (`count.rs`). The count
 /// reads were half of the probe's CPU on a DataLoader job, with their
 /// wakeups: far from an epoch's end most of them lose nothing, and near
 /// it reads a few milliseconds apart see an epoch drain, which 10 ms apart
@@ -661,7 +680,7 @@ fn reach(
         return Reach::Unknown;
     }
     if n.sent.is_some() && n.sent == ran_out {
-        return Reach::Far;
+        return Reach::Settled;
     }
     let ahead = n.sent.map_or(0, |s| s.saturating_sub(n.yielded));
     let margin = 3 * (n.yielded - b.yielded) + ahead + 2;
@@ -820,7 +839,7 @@ mod tests {
         assert_eq!(r(sent(1, 36, 48), sent(1, 40, 52), Some(64)), Reach::Near);
         // Settled: it sent as many as an epoch seen drained.
         let settled = reach(sent(1, 58, 62), sent(1, 60, 64), Some(64), Some(64));
-        assert_eq!(settled, Reach::Far);
+        assert_eq!(settled, Reach::Settled);
         // Without workers nothing drains: near reads as not known.
         assert_eq!(r(c(1, 36), c(1, 40), Some(64)), Reach::Far);
         assert_eq!(r(c(1, 46), c(1, 50), Some(64)), Reach::Unknown);
