@@ -13,6 +13,7 @@ pub mod count;
 pub mod frames;
 pub mod gil;
 pub mod loader;
+pub mod pace;
 pub mod sampler;
 pub mod spans;
 pub mod stage;
