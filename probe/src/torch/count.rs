@@ -122,6 +122,19 @@ struct Learned {
     built: Option<u64>,
 }
 
+impl Learned {
+    /// An epoch just closed (the same iterator restarted, or a new one
+    /// took over): its count, and what its last read teaches of the
+    /// epochs to come.
+    fn closed(&mut self, e: &Epoch) -> u64 {
+        let n = e.last(*self);
+        if e.building {
+            self.built = Some(n);
+        }
+        n
+    }
+}
+
 /// One counter's total across epochs and iterators.
 #[derive(Debug, Clone, Default)]
 pub struct EpochTotal {
@@ -154,10 +167,7 @@ impl EpochTotal {
         let before = self.current.replace(c.iter);
         match self.last.get_mut(&c.iter) {
             Some(e) if c.yielded < e.yielded => {
-                let n = e.last(self.learned);
-                if e.building {
-                    self.learned.built = Some(n);
-                }
+                let n = self.learned.closed(e);
                 self.done += n;
                 self.epochs += 1;
                 self.ended = Some(n);
@@ -174,11 +184,7 @@ impl EpochTotal {
                 // old iterator read again after its epoch was over).
                 let was = before.and_then(|i| self.last.get(&i));
                 if let Some(e) = was.filter(|e| e.over.is_none()) {
-                    let n = e.last(self.learned);
-                    if e.building {
-                        self.learned.built = Some(n);
-                    }
-                    self.ended = Some(n);
+                    self.ended = Some(self.learned.closed(e));
                 }
                 let learned = self.learned;
                 for e in self.last.values_mut() {
