@@ -27,6 +27,9 @@ pub struct OpInput {
     pub elements: u64,
     /// Self thread-CPU time, ns (`aggregate_processing_time_clock`).
     pub cpu_ns: u64,
+    /// No attribution window caught the op: `cpu_ns` is TensorFlow's self
+    /// time for it (`probe_cpu_from_self_time`).
+    pub cpu_from_self_time: bool,
     /// Self wall time, ns (`aggregate_processing_time`); for file readers it
     /// includes waiting for the storage.
     pub wall_ns: u64,
@@ -235,6 +238,7 @@ impl OpInput {
             name: s.name.clone(),
             elements: first_nonzero(s.aggregate_elements_produced, s.elements_produced),
             cpu_ns: first_nonzero(s.aggregate_processing_time_clock, s.processing_time_clock),
+            cpu_from_self_time: s.probe_cpu_from_self_time,
             wall_ns: first_nonzero(s.aggregate_processing_time, s.processing_time),
             wait_ns: nonneg(s.aggregate_wait_time),
             parallelism,

@@ -17,7 +17,7 @@ use crate::guard::finite_pos;
 use crate::input::PipelineInput;
 use crate::lp::{self, Binding, LpItem, LpSolution};
 pub(crate) use crate::machine::Machine;
-use crate::node_model::{attach_stats, choose_cpu_source, propagate_top_down};
+use crate::node_model::{attach_stats, choose_cpu_source, note_self_time, propagate_top_down};
 pub(crate) use crate::node_model::{CpuSource, Limit, NodeModel};
 use crate::ops;
 use crate::workers::{self, Pool};
@@ -102,6 +102,7 @@ impl Model {
         let g = &input.graph;
         let elapsed_s = input.elapsed_ns as f64 / 1e9;
         let cpu_source = choose_cpu_source(&ops, &mut notes);
+        note_self_time(&ops, &mut notes);
         let mut nodes: Vec<NodeModel> = g.nodes.iter().map(NodeModel::new).collect();
         attach_stats(&mut nodes, g, &mut ops, &mut notes);
         propagate_top_down(&mut nodes, g, &mut notes);

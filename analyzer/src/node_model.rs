@@ -113,6 +113,28 @@ pub(crate) fn choose_cpu_source(
     }
 }
 
+/// Names the ops whose CPU time is TensorFlow's self time for them: no
+/// attribution window caught them (a plumber-probe recording).
+pub(crate) fn note_self_time(
+    ops: &std::collections::HashMap<String, OpInput>,
+    notes: &mut Vec<String>,
+) {
+    let mut names: Vec<&str> = ops
+        .iter()
+        .filter(|(_, o)| o.cpu_from_self_time)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    names.sort_unstable();
+    notes.push(format!(
+        "no attribution window caught {}: CPU time is TensorFlow's own self time for {} (wall, inputs excluded), moved from the time of the threads that ran it",
+        names.join(", "),
+        if names.len() == 1 { "it" } else { "them" }
+    ));
+}
+
 impl NodeModel {
     /// A graph node before stats, visit ratios and rates are known.
     pub(crate) fn new(n: &crate::graph::GNode) -> NodeModel {

@@ -18,6 +18,9 @@
 //!   pipeline may be fixed per second).
 //! - Pipeline threads without evidence are unattributed; other threads
 //!   without evidence are outside the pipeline (training step, Python).
+//! - An op that produced elements but that no window caught gets its
+//!   TensorFlow self time, moved from the unattributed or from its parent
+//!   (`unmeasured.rs`).
 //!
 //! Splits are exact, so ops + unattributed + outside the pipeline equals
 //! the threads' total.
@@ -32,6 +35,7 @@ use crate::threads::{ThreadTracker, ThreadWindow};
 use crate::totals::{
     CpuTotals, FileTotals, LockSiteTotals, OpTotals, Stamp, ThreadRole, ThreadTotals,
 };
+use crate::unmeasured;
 
 /// Model node name of the root iterator.
 const ROOT_MODEL_NAME: &str = "Root";
@@ -175,6 +179,22 @@ impl Attributor {
         }
         out.threads
             .sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns).then(a.tid.cmp(&b.tid)));
+        let mut cpu: Vec<u64> = acc.iter().map(|a| a.cpu_ns).collect();
+        let given = unmeasured::fill(
+            ops,
+            |i| ctx.roots.contains(&i),
+            &mut cpu,
+            &mut out.cpu.unattributed_cpu_ns,
+            &mut out.threads,
+        );
+        for (a, c) in acc.iter_mut().zip(cpu) {
+            a.cpu_ns = c;
+        }
+        for i in given {
+            if let Some(op) = ops.get_mut(i) {
+                op.cpu_from_self_time = true;
+            }
+        }
 
         let io = self.io.finish(
             ops.len(),

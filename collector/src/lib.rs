@@ -34,6 +34,7 @@ pub mod table;
 mod threads;
 pub mod topology;
 pub mod totals;
+mod unmeasured;
 mod usage;
 pub mod window;
 

@@ -48,6 +48,10 @@ pub struct MeasuredNode {
     /// `cpu_ns` per element produced, ms (null: no CPU time or no element).
     #[serde(default)]
     pub cpu_ms_per_element: Option<f64>,
+    /// No attribution window caught the op: `cpu_ns` is TensorFlow's self
+    /// time for it. Written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cpu_from_self_time: bool,
     /// File bytes read for the op.
     #[serde(default)]
     pub io_bytes_read: i64,
@@ -381,6 +385,7 @@ fn measured_node(s: &OpStats, topo: &Topology) -> MeasuredNode {
         bytes_produced: s.aggregate_bytes_produced,
         cpu_ns: cpu_ns(s),
         cpu_ms_per_element: cpu_ms_per_element(cpu_ns(s), s.aggregate_elements_produced),
+        cpu_from_self_time: s.probe_cpu_from_self_time,
         io_bytes_read: s.aggregate_disk_bytes_read,
         files_opened: files_opened(s),
         lock_wait_ns: s.probe_lock_wait_ns,

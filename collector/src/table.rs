@@ -99,8 +99,14 @@ fn io_cell(n: &MeasuredNode) -> String {
 
 fn usage_cells(n: &MeasuredNode) -> [String; 4] {
     [
-        n.cpu_ms_per_element
-            .map_or_else(|| "-".to_string(), |ms| format!("{ms:.3}")),
+        // `~`: no window caught the op; its CPU is TensorFlow's self time.
+        n.cpu_ms_per_element.map_or_else(
+            || "-".to_string(),
+            |ms| {
+                let mark = if n.cpu_from_self_time { "~" } else { "" };
+                format!("{mark}{ms:.3}")
+            },
+        ),
         io_cell(n),
         format!("{:.1}", n.lock_wait_ns as f64 / 1e6),
         format!("{:.1}", n.gil_wait_ns as f64 / 1e6),
@@ -138,6 +144,11 @@ fn usage_summary(r: &MeasuredReport) -> String {
     } else {
         format!("CPU: process {:.2} s = {parts}\n", s(r.process_cpu_ns))
     };
+    if r.nodes.iter().any(|n| n.cpu_from_self_time) {
+        out.push_str(
+            "~ no attribution window caught the op: its CPU is TensorFlow's self time for it\n",
+        );
+    }
     out.push_str(&files_read(r));
     out
 }

@@ -59,6 +59,10 @@ pub struct OpTotals {
     pub element_ratio: f64,
     /// Thread CPU time attributed to the op, ns (0 without thread data).
     pub cpu_ns: u64,
+    /// No attribution window caught the op: `cpu_ns` is TensorFlow's self
+    /// time for it, moved from where its thread's time went
+    /// (`unmeasured.rs`).
+    pub cpu_from_self_time: bool,
     /// The part of `cpu_ns` from the UDF pool's threads.
     pub udf_cpu_ns: u64,
     /// Waits attributed to the op.

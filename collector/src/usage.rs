@@ -31,6 +31,7 @@ pub(crate) fn fill_op(s: &mut OpStats, o: &OpTotals, files: &[&FileTotals]) {
     s.processing_time_clock = sat_i64(o.cpu_ns);
     s.aggregate_processing_time_clock = sat_i64(o.cpu_ns);
     s.aggregate_udf_processing_time_clock = sat_i64(o.udf_cpu_ns);
+    s.probe_cpu_from_self_time = o.cpu_from_self_time;
     // Plumber's wait time is time the op was blocked without using a core:
     // on its inputs or buffer space (condition variables) and on storage.
     s.aggregate_wait_time = sat_i64(w.cond_wait_ns.saturating_add(o.io_read_ns));

@@ -506,6 +506,7 @@ impl Aggregator {
                     buffer_size: m.buffer_size,
                     element_ratio: -1.0,
                     cpu_ns: 0,
+                    cpu_from_self_time: false,
                     udf_cpu_ns: 0,
                     waits: WaitCounters::default(),
                     io_bytes_read: 0,

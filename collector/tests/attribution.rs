@@ -78,8 +78,10 @@ fn usage_totals() {
         CpuTotals {
             process_cpu_ns: 20 * SEC,
             threads_cpu_ns: 16_200_000_001,
-            pipeline_cpu_ns: 8_700_000_001,
-            unattributed_cpu_ns: SEC,
+            // TensorSlice, which no window caught, has its self time
+            // (10 µs) from the unattributed.
+            pipeline_cpu_ns: 8_700_010_001,
+            unattributed_cpu_ns: SEC - 10_000,
             non_pipeline_cpu_ns: 6_500_000_000,
             // The main thread's 6 s on Root; tf_Compute's 0.5 s is not
             // known to take elements.
@@ -129,7 +131,7 @@ fn pool_threads_split_by_processing_time() {
     assert_eq!((pm.waits.gil_wait_ns, pm.waits.gil_waits), (300 * MS, 3));
     assert_eq!((fm.waits.gil_wait_ns, fm.waits.gil_waits), (100 * MS, 1));
     // Not function-running ops: nothing from the pool.
-    assert_eq!(op(&w, P_USLICE).cpu_ns, 0);
+    assert_eq!(op(&w, P_USLICE).udf_cpu_ns, 0);
     assert_eq!(op(&w, P_UTFREC).udf_cpu_ns, 0);
 }
 
@@ -158,12 +160,30 @@ fn root_evidence_is_outside_the_pipeline() {
     assert_eq!(w.non_pipeline_waits.lock_wait_ns, 300 * MS);
     // The root iterator itself gets no CPU.
     assert_eq!(op(&w, P_ROOT).cpu_ns, 0);
-    // Without evidence: a pipeline thread is unattributed, another thread
-    // is outside the pipeline.
-    assert_eq!(thread_row(&w, T_GETNEXT).unattributed_cpu_ns, SEC);
+    // Without evidence: a pipeline thread is unattributed (less what an
+    // op no window caught takes), another thread is outside the pipeline.
+    assert_eq!(thread_row(&w, T_GETNEXT).unattributed_cpu_ns, SEC - 10_000);
     let compute = thread_row(&w, T_COMPUTE);
     assert_eq!(compute.non_pipeline_cpu_ns, 500 * MS);
     assert_eq!(compute.consumer_cpu_ns, 0);
+}
+
+#[test]
+fn an_op_no_window_caught_gets_its_self_time_from_the_unattributed() {
+    let w = aggregate(usage_events()).unwrap();
+    check_invariants(&w);
+    // TensorSlice produced elements, took 10 µs of TensorFlow's self time
+    // over the window, and no evidence names it.
+    let slice = op(&w, P_USLICE);
+    assert_eq!((slice.cpu_ns, slice.cpu_from_self_time), (10_000, true));
+    let getnext = thread_row(&w, T_GETNEXT);
+    assert_eq!(getnext.attributed, [(P_USLICE.to_string(), 10_000)]);
+    // Ops the windows or the pool's split caught keep what they had.
+    for p in [P_PREFETCH, P_UPMAP, P_UFLATMAP, P_UTFREC] {
+        assert!(!op(&w, p).cpu_from_self_time, "{p}");
+    }
+    // The root is the consumer's, never given time.
+    assert_eq!(op(&w, P_ROOT).cpu_ns, 0);
 }
 
 #[test]

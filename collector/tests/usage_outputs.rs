@@ -77,6 +77,11 @@ fn stats_pb_extension_fields() {
         (100 * MS, 100)
     );
     assert_eq!(pf.aggregate_processing_time_clock, 2 * S);
+    assert!(!pf.probe_cpu_from_self_time);
+    // No window caught TensorSlice: its self time, marked.
+    let slice = by_path(&s, P_USLICE);
+    assert_eq!(slice.aggregate_processing_time_clock, 10_000);
+    assert!(slice.probe_cpu_from_self_time);
     let t = by_path(&s, P_UTFREC);
     assert_eq!(
         (
@@ -108,7 +113,15 @@ fn stats_pb_extension_fields() {
             cpu.unattributed_ns,
             cpu.non_pipeline_ns
         ),
-        (20 * S, 16_200_000_001, 8_700_000_001, S, 6_500_000_000)
+        // TensorSlice, which no window caught: its 10 µs self time moved
+        // from the unattributed.
+        (
+            20 * S,
+            16_200_000_001,
+            8_700_010_001,
+            S - 10_000,
+            6_500_000_000
+        )
     );
     assert_eq!(cpu.threads.len(), 6);
     let main = &cpu.threads[0];
@@ -258,9 +271,13 @@ fn report_json_usage_fields() {
     let pm = node(&r.nodes, P_UPMAP);
     assert_eq!(pm.gil_wait_ns, 300 * MS);
     assert_eq!(node(&r.nodes, P_PREFETCH).lock_wait_ns, 100 * MS);
-    assert_eq!(node(&r.nodes, P_USLICE).cpu_ms_per_element, None);
+    // No window caught TensorSlice: 10 µs of self time over 10 elements.
+    let slice = node(&r.nodes, P_USLICE);
+    assert_eq!(slice.cpu_ms_per_element, Some(0.001));
+    assert!(slice.cpu_from_self_time);
+    assert!(!t.cpu_from_self_time);
     assert_eq!(r.process_cpu_ns, 20 * S);
-    assert_eq!(r.unattributed_cpu_ns, S);
+    assert_eq!(r.unattributed_cpu_ns, S - 10_000);
     assert_eq!(r.non_pipeline_cpu_ns, 6_500_000_000);
     let files: Vec<(&str, i64, Option<&str>)> = r
         .files
