@@ -174,6 +174,10 @@ struct pp_attr_key {
 	__u32 tid;		/* global tid */
 	__u32 _pad;
 	__u64 node;
+	/* The node's model id, -1 when unknown: addresses are reused, and the
+	 * ops of a pipeline re-created every epoch swap them, so the address
+	 * alone would merge two ops' evidence. */
+	__s64 id;
 };
 
 struct pp_attr {
@@ -228,6 +232,7 @@ struct pp_span {
 	__u64 end_ns;
 	__u32 ns_tid;
 	__u32 _pad;
+	__s64 id;		/* the node's model id, -1: unknown */
 };
 
 /* procio.bpf.c: the file reads of a process tree (a PyTorch job's

@@ -668,7 +668,7 @@ static __always_inline void add_waits(struct pp_waits *dst, const struct pp_wait
 	}
 }
 
-static __always_inline void send_span(struct pp_thread *st, __u64 node, __u64 now)
+static __always_inline void send_span(struct pp_thread *st, __u64 node, __s64 id, __u64 now)
 {
 	__u64 start = st->span_start;
 	st->span_start = now;
@@ -684,6 +684,7 @@ static __always_inline void send_span(struct pp_thread *st, __u64 node, __u64 no
 	sp->end_ns = now;
 	sp->ns_tid = st->ns_tid;
 	sp->_pad = 0;
+	sp->id = id;
 	/* Drained at every poll: no wakeup (see io_events). */
 	bpf_ringbuf_submit(sp, BPF_RB_NO_WAKEUP);
 }
@@ -707,12 +708,22 @@ int record_stop_probe(struct pt_regs *ctx)
 	 * thread's last in this window. */
 	if (end < now)
 		st->flags |= PP_THREAD_BOOKED;
-	if (trace_spans)
-		send_span(st, PT_REGS_PARM1(ctx), now);
+	__u64 node = PT_REGS_PARM1(ctx);
 	struct pp_attr_key key = {
 		.tid = (__u32)bpf_get_current_pid_tgid(),
-		.node = PT_REGS_PARM1(ctx),
+		.node = node,
+		.id = -1,
 	};
+	/* The layout is known in the model mode only (id_ is never at 0, the
+	 * vtable's place). */
+	if (layout.id) {
+		bool ok = true;
+		__s64 id = read_i64(node, layout.id, &ok);
+		if (ok)
+			key.id = id;
+	}
+	if (trace_spans)
+		send_span(st, node, key.id, now);
 	struct pp_attr *a = bpf_map_lookup_elem(&attr, &key);
 	if (!a) {
 		struct pp_attr init = {};
@@ -766,7 +777,8 @@ int BPF_PROG(on_free, struct task_struct *p)
 
 /* probe/src/bpf/types.rs decodes these by offset. */
 _Static_assert(sizeof(struct pp_thread) == 320, "pp_thread layout");
-_Static_assert(sizeof(struct pp_span) == 32, "pp_span layout");
+_Static_assert(sizeof(struct pp_span) == 40, "pp_span layout");
+_Static_assert(sizeof(struct pp_attr_key) == 24, "pp_attr_key layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");
 _Static_assert(sizeof(struct pp_site_key) == 16, "pp_site_key layout");
 _Static_assert(sizeof(struct pp_fd) == 16, "pp_fd layout");

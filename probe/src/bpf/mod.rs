@@ -270,6 +270,13 @@ impl<'obj> Bpf<'obj> {
         read_map("attr", &self.skel.maps.attr, Attr::from_bytes)
     }
 
+    /// Deletes an attribution entry whose node is gone: its values were
+    /// read and are final.
+    pub fn forget_attribution(&self, a: &Attr) {
+        // Already gone is fine.
+        let _ = self.skel.maps.attr.delete(&a.key_bytes());
+    }
+
     /// Per call site: (waits, wait ns), cumulative.
     pub fn lock_sites(&self) -> Result<Vec<(SiteKey, SiteTotals)>, BpfError> {
         read_map("lock_sites", &self.skel.maps.lock_sites, |k, v| {

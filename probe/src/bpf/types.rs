@@ -87,8 +87,12 @@ impl ThreadState {
 /// `struct pp_attr_key` / `struct pp_attr`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attr {
+    /// The thread, our tid once read (`key_tid` is the map's).
     pub tid: u32,
+    pub key_tid: u32,
     pub node: u64,
+    /// The node's model id; -1 when unknown (no node layout).
+    pub id: i64,
     pub cpu_ns: u64,
     pub io_bytes: u64,
     pub stops: u64,
@@ -96,10 +100,21 @@ pub struct Attr {
 }
 
 impl Attr {
+    /// The map key it was read with.
+    pub fn key_bytes(&self) -> [u8; 24] {
+        let mut k = [0u8; 24];
+        k[0..4].copy_from_slice(&self.key_tid.to_ne_bytes());
+        k[8..16].copy_from_slice(&self.node.to_ne_bytes());
+        k[16..24].copy_from_slice(&self.id.to_ne_bytes());
+        k
+    }
+
     pub fn from_bytes(key: &[u8], v: &[u8]) -> Option<Self> {
         Some(Attr {
             tid: u32_at(key, 0)?,
+            key_tid: u32_at(key, 0)?,
             node: u64_at(key, 1)?,
+            id: u64_at(key, 2)? as i64,
             cpu_ns: u64_at(v, 0)?,
             io_bytes: u64_at(v, 1)?,
             stops: u64_at(v, 2)?,
@@ -138,9 +153,11 @@ pub struct RawSpan {
     pub start_ns: u64,
     pub end_ns: u64,
     pub ns_tid: u32,
+    /// The node's model id; -1 when unknown.
+    pub id: i64,
 }
 
-pub const SPAN_SIZE: usize = 32;
+pub const SPAN_SIZE: usize = 40;
 
 impl RawSpan {
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
@@ -152,6 +169,7 @@ impl RawSpan {
             start_ns: u64_at(b, 1)?,
             end_ns: u64_at(b, 2)?,
             ns_tid: u32_at(b, 24)?,
+            id: u64_at(b, 4)? as i64,
         })
     }
 }
@@ -386,6 +404,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn attr_key_round_trips() {
+        // struct pp_attr_key: u32 tid, u32 pad, u64 node, s64 id.
+        let a = Attr {
+            tid: 7,
+            key_tid: 7,
+            node: 0x7f00_1234,
+            id: 42,
+            ..Default::default()
+        };
+        let v = vec![0u8; 32 + Waits::SIZE];
+        let b = Attr::from_bytes(&a.key_bytes(), &v).expect("decodes");
+        assert_eq!((b.key_tid, b.node, b.id), (7, 0x7f00_1234, 42));
+        assert!(Attr::from_bytes(&a.key_bytes()[..16], &v).is_none());
+    }
+
+    #[test]
     fn retired_event_layout_matches_c() {
         // struct pp_retired_event: 11 x 8-byte fields, 2 x u32, char[32].
         assert_eq!(RETIRED_EVENT_SIZE, 128);
@@ -406,9 +440,11 @@ mod tests {
         b[8..16].copy_from_slice(&5u64.to_ne_bytes());
         b[16..24].copy_from_slice(&9u64.to_ne_bytes());
         b[24..28].copy_from_slice(&42u32.to_ne_bytes());
+        b[32..40].copy_from_slice(&(-1i64).to_ne_bytes());
         let s = RawSpan::from_bytes(&b).expect("decodes");
         assert_eq!((s.node, s.start_ns, s.end_ns, s.ns_tid), (0x1000, 5, 9, 42));
-        assert!(RawSpan::from_bytes(&b[..31]).is_none());
+        assert_eq!(s.id, -1);
+        assert!(RawSpan::from_bytes(&b[..39]).is_none());
     }
 
     #[test]

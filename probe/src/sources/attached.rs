@@ -16,7 +16,7 @@ use crate::mem::Memory;
 use crate::sampler::StackContext;
 use crate::sink::EventSink;
 use crate::target::Target;
-use crate::usage::{Attribution, Usage};
+use crate::usage::{Attribution, Instance, Usage};
 
 pub struct Attached<'a, 'obj> {
     pub target: &'a Target,
@@ -87,7 +87,7 @@ impl<'a, 'obj> Attached<'a, 'obj> {
 pub struct UsageSide<'a, 'obj>(Option<Usage<'a, 'obj>>);
 
 impl UsageSide<'_, '_> {
-    pub fn learn_retired(&mut self, node: u64, parent: u64, name: &str) {
+    pub fn learn_retired(&mut self, node: Instance, parent: Instance, name: &str) {
         if let Some(u) = self.0.as_mut() {
             u.learn_retired(node, parent, name);
         }

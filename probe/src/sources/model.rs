@@ -146,7 +146,8 @@ impl Source for ModelSource<'_, '_, '_> {
             if e.flags & bpf::types::FLAG_READ_FAILED != 0 {
                 self.unreadable += 1;
             } else {
-                self.usage.learn_retired(e.node, e.parent, &e.name);
+                self.usage
+                    .learn_retired((e.node, e.id), (e.parent, e.parent_id), &e.name);
                 sink.push(Event::Retired(retired_to_event(&e)))?;
             }
         }

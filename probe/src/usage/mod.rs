@@ -57,6 +57,7 @@ use crate::target::Target;
 
 use attribution::AttrEvidence;
 use fileio::FileTracker;
+pub use nodes::Instance;
 use nodes::Nodes;
 use spans::SpanTrace;
 use stacks::Stacks;
@@ -193,11 +194,9 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         next
     }
 
-    /// A node that died between two polls (RemoveNode): its path, from
-    /// its parent's, names the spans it left. A parent no poll saw either
-    /// (interleave's per-file inputs) leaves its spans unnamed, counted in
-    /// `spans_of_unknown_nodes`.
-    pub fn learn_retired(&mut self, node: u64, parent: u64, name: &str) {
+    /// A node that died (RemoveNode): its path, from its parent's, names
+    /// the spans and the evidence it left (see `Nodes::learn_retired`).
+    pub fn learn_retired(&mut self, node: Instance, parent: Instance, name: &str) {
         self.nodes.learn_retired(node, parent, name);
     }
 
@@ -236,7 +235,7 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         self.files.process();
         let read_window_maps = self.windows.take_maps_stale();
         if read_window_maps {
-            self.attr.read(self.bpf, &bpf_threads)?;
+            self.attr.read(self.bpf, &bpf_threads, &mut self.nodes)?;
         }
         if let Some(samples) = self.attr.due(read_window_maps, &self.nodes) {
             sink.push(Event::Attribution { mono_ns, samples })?;

@@ -1,5 +1,5 @@
 //! Op spans sent by record_stop while the stack sampler runs (trace.json),
-//! named at each poll while the node's address still means it.
+//! named at each poll by their node instance (address and model id).
 
 use std::collections::HashMap;
 
@@ -19,7 +19,7 @@ const MAX_SPANS: usize = 200_000;
 /// Op spans sent by record_stop while the stack sampler runs (trace.json).
 pub(super) struct SpanTrace<'a> {
     feed: RingFeed<'a, bt::RawSpan>,
-    /// Named at each poll, while the node's address still means it.
+    /// Named at each poll.
     kept: Vec<Span>,
     /// Spans of nodes not known at the last poll: a node that died just
     /// after the poll read the RemoveNode events is named at the next.
@@ -49,8 +49,8 @@ impl<'a> SpanTrace<'a> {
     }
 
     /// Reads the spans sent since the last call and names their ops from
-    /// the nodes known now (a node's address may be reused later). Spans
-    /// of unknown nodes wait for the next call, unless `last`.
+    /// the nodes known now. Spans of unknown nodes wait for the next call,
+    /// unless `last`.
     pub(super) fn drain(&mut self, last: bool, nodes: &Nodes, names: &HashMap<u32, String>) {
         let retry = std::mem::take(&mut self.unnamed);
         let retried = retry.len();
@@ -59,7 +59,7 @@ impl<'a> SpanTrace<'a> {
                 self.over_limit += 1;
                 continue;
             }
-            let Some(path) = nodes.path(sp.node) else {
+            let Some(path) = nodes.instance((sp.node, sp.id)) else {
                 if i < retried || last {
                     self.unknown_node += 1;
                 } else {
