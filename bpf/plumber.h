@@ -99,6 +99,8 @@ struct pp_waits {
 
 /* Per-thread state and totals (key: global tid). cpu_ns is the kernel's
  * sum_exec_runtime at the thread's last switch-out. */
+#define PP_ID_CACHE 4
+
 struct pp_thread {
 	__u32 ns_tid;		/* tid in plumber-probe's PID namespace, 0 = unknown */
 	__u32 flags;		/* PP_THREAD_* */
@@ -136,6 +138,12 @@ struct pp_thread {
 	__u64 block_copy_ns;
 	__u32 blocks_uncopied;
 	__u32 _pad_block;
+	/* The model ids of nodes this thread's record_stop saw, a small
+	 * direct-mapped cache (reading an id is a user memory read, ~150 ns),
+	 * valid while no node was removed since (id_gen = node_removals). */
+	__u64 id_node[PP_ID_CACHE];
+	__s64 id_val[PP_ID_CACHE];
+	__u64 id_gen;
 };
 
 /* Call-site stacks of blocks are taken for one block in PP_BLOCK_SAMPLE,

@@ -24,6 +24,17 @@ char LICENSE[] SEC("license") = "GPL";
 
 const volatile struct pp_node_layout layout = {};
 
+/* Set by user space once RemoveNode's probe is in: record_stop then keys
+ * the evidence by node instance (pp_attr_key.id), and user space deletes a
+ * dead node's entries once its RemoveNode event is read. Without that
+ * probe the map would keep an entry per node instance. */
+volatile __u32 node_ids = 0;
+/* Bumped by every RemoveNode: the threads' cached node ids may be stale
+ * (a node's address can be reused only after it is removed and freed).
+ * Not zero, so that it lives in .data: user space rewrites the whole of
+ * .bss to set its flags, which could roll a count there back. */
+__u64 node_removals = 1;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, PP_DROP__COUNT);
@@ -141,6 +152,8 @@ int node_removed(struct pt_regs *ctx)
 	__u64 node = 0;
 	struct pp_retired_event *e;
 	bool ok = true;
+
+	__sync_fetch_and_add(&node_removals, 1);
 
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
@@ -422,13 +435,25 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } io_events SEC(".maps");
 
+/* A zeroed pp_thread to create entries from: at 392 bytes it does not fit
+ * on the BPF stack beside the callers' own. Never written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pp_thread);
+} thread_zero SEC(".maps");
+
 static __always_inline struct pp_thread *thread_state(__u32 tid)
 {
 	struct pp_thread *st = bpf_map_lookup_elem(&threads, &tid);
 	if (st)
 		return st;
-	struct pp_thread init = {};
-	if (bpf_map_update_elem(&threads, &tid, &init, BPF_NOEXIST) != 0) {
+	__u32 zero = 0;
+	struct pp_thread *init = bpf_map_lookup_elem(&thread_zero, &zero);
+	if (!init)
+		return 0;
+	if (bpf_map_update_elem(&threads, &tid, init, BPF_NOEXIST) != 0) {
 		st = bpf_map_lookup_elem(&threads, &tid);
 		if (!st)
 			count_drop(PP_DROP_CPU_THREAD_MAP_FULL);
@@ -689,6 +714,27 @@ static __always_inline void send_span(struct pp_thread *st, __u64 node, __s64 id
 	bpf_ringbuf_submit(sp, BPF_RB_NO_WAKEUP);
 }
 
+/* The model id of `node`, from the thread's cache when no node was
+ * removed since it was read; -1 when it cannot be read. */
+static __always_inline __s64 node_id(struct pp_thread *st, __u64 node)
+{
+	__u64 gen = *(volatile __u64 *)&node_removals;
+	__u32 slot = ((node >> 4) ^ (node >> 10)) & (PP_ID_CACHE - 1);
+	if (st->id_gen != gen) {
+		__builtin_memset(st->id_node, 0, sizeof(st->id_node));
+		st->id_gen = gen;
+	}
+	if (st->id_node[slot] == node)
+		return st->id_val[slot];
+	bool ok = true;
+	__s64 id = read_i64(node, layout.id, &ok);
+	if (!ok)
+		return -1;
+	st->id_node[slot] = node;
+	st->id_val[slot] = id;
+	return id;
+}
+
 /* model::Node::record_stop(long now): `this` (the Node) is the first
  * argument. Ends the current stretch of work on this thread. */
 SEC("uprobe.multi")
@@ -716,12 +762,8 @@ int record_stop_probe(struct pt_regs *ctx)
 	};
 	/* The layout is known in the model mode only (id_ is never at 0, the
 	 * vtable's place). */
-	if (layout.id) {
-		bool ok = true;
-		__s64 id = read_i64(node, layout.id, &ok);
-		if (ok)
-			key.id = id;
-	}
+	if (node_ids && layout.id)
+		key.id = node_id(st, node);
 	if (trace_spans)
 		send_span(st, node, key.id, now);
 	struct pp_attr *a = bpf_map_lookup_elem(&attr, &key);
@@ -776,7 +818,7 @@ int BPF_PROG(on_free, struct task_struct *p)
 }
 
 /* probe/src/bpf/types.rs decodes these by offset. */
-_Static_assert(sizeof(struct pp_thread) == 320, "pp_thread layout");
+_Static_assert(sizeof(struct pp_thread) == 392, "pp_thread layout");
 _Static_assert(sizeof(struct pp_span) == 40, "pp_span layout");
 _Static_assert(sizeof(struct pp_attr_key) == 24, "pp_attr_key layout");
 _Static_assert(sizeof(struct pp_attr) == 112, "pp_attr layout");

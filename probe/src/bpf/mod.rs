@@ -190,6 +190,12 @@ impl<'obj> Bpf<'obj> {
         })
     }
 
+    /// RemoveNode's probe is in: record_stop keys its evidence by node
+    /// instance from now on (see `node_ids` in probe.bpf.c).
+    pub fn set_node_ids(&self) -> Result<(), BpfError> {
+        self.update_global(std::mem::offset_of!(skel::types::bss, node_ids), |_| 1u32)
+    }
+
     /// Reader of the op spans.
     pub fn span_reader(
         &self,

@@ -67,7 +67,7 @@ pub struct ThreadState {
     pub waits: Waits,
 }
 
-pub const THREAD_STATE_SIZE: usize = 320;
+pub const THREAD_STATE_SIZE: usize = 392;
 const THREAD_EXITED: u32 = 1;
 
 impl ThreadState {

@@ -56,7 +56,11 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
     ) -> Result<Self> {
         let iter_layout = at.derived.iter.clone().unwrap_or_default();
         let remove_link = match &at.derived.remove_node {
-            Some(p) => Some(at.bpf.attach_remove_node(&p.lib, p.file_offset)?),
+            Some(p) => {
+                let link = at.bpf.attach_remove_node(&p.lib, p.file_offset)?;
+                at.bpf.set_node_ids()?;
+                Some(link)
+            }
             None => {
                 warn!(
                     "Model::RemoveNode not found: counts of nodes that die between polls are lost"
