@@ -97,10 +97,11 @@ struct pp_waits {
 	__u64 n[PP_WAIT__COUNT];
 };
 
-/* Per-thread state and totals (key: global tid). cpu_ns is the kernel's
- * sum_exec_runtime at the thread's last switch-out. */
+/* Node ids a thread keeps (pp_thread.id_node). */
 #define PP_ID_CACHE 4
 
+/* Per-thread state and totals (key: global tid). cpu_ns is the kernel's
+ * sum_exec_runtime at the thread's last switch-out. */
 struct pp_thread {
 	__u32 ns_tid;		/* tid in plumber-probe's PID namespace, 0 = unknown */
 	__u32 flags;		/* PP_THREAD_* */

@@ -1,7 +1,8 @@
-//! The pipeline's nodes as the polls name them: model node instance
-//! (address, id) -> op path, which names the attribution evidence; address
-//! -> the latest op path there, which names the spans and the ops of
-//! symbolized stacks; and op class -> op paths.
+//! The pipeline's nodes as the polls and RemoveNode events name them:
+//! model node instance (address, id) -> op path, which names the
+//! attribution evidence and the spans; address -> the latest op path there,
+//! for a node whose id is not known (the uprobes mode); and op class -> op
+//! paths, which name the ops of symbolized stacks.
 
 use std::collections::{HashMap, HashSet};
 
@@ -44,6 +45,10 @@ pub(super) struct Nodes {
 
 /// Orphans kept at most: more means parents that are never named.
 const MAX_ORPHANS: usize = 4096;
+/// Retired nodes kept for the next evidence read at most. Reads follow
+/// each attribution window; a recording thinned to no windows for long
+/// while per-file nodes come and go would otherwise keep every one.
+const MAX_RETIRED: usize = 65_536;
 
 impl Nodes {
     /// A node that died (RemoveNode): its path, from its parent's, names
@@ -51,6 +56,12 @@ impl Nodes {
     /// once the parent is. A parent never named leaves them unnamed
     /// (spans counted in `spans_of_unknown_nodes`, evidence unattributed).
     pub(super) fn learn_retired(&mut self, node: Instance, parent: Instance, name: &str) {
+        if self.retired.len() >= MAX_RETIRED {
+            // The oldest half: their evidence, if any, counts unnamed.
+            for old in self.retired.drain(..MAX_RETIRED / 2) {
+                self.instance_path.remove(&old);
+            }
+        }
         self.retired.push(node);
         match self.instance_path.get(&parent) {
             Some(pp) => {
@@ -99,8 +110,9 @@ impl Nodes {
         });
     }
 
-    /// The op path of the latest node at `addr` (spans: they carry no id).
-    pub(super) fn path(&self, addr: u64) -> Option<&String> {
+    /// The op path of the latest node at `addr`: what names a node whose
+    /// id is not known.
+    fn path(&self, addr: u64) -> Option<&String> {
         self.node_path.get(&addr)
     }
 
