@@ -183,6 +183,7 @@ impl Attributor {
         let given = unmeasured::fill(
             ops,
             |i| ctx.roots.contains(&i),
+            |path| ctx.op(path),
             &mut cpu,
             &mut out.cpu.unattributed_cpu_ns,
             &mut out.threads,

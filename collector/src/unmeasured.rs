@@ -28,11 +28,13 @@ struct Want<'a> {
 /// its TensorFlow self time, moved from `threads` (see the module's
 /// comment). `cpu[i]` is op `i`'s attributed CPU, updated; `unattributed`
 /// the window's unattributed CPU, updated. `is_root(i)`: op `i` is a root
-/// iterator (the consumer). Returns the ops given time. Nothing happens
+/// iterator (the consumer); `op_at(path)`: the op with that path, not a
+/// root (`OpContext::op`). Returns the ops given time. Nothing happens
 /// when no op got CPU from the windows: rates then come from wall time.
 pub(crate) fn fill(
     ops: &[OpTotals],
     is_root: impl Fn(usize) -> bool,
+    op_at: impl Fn(&str) -> Option<usize>,
     cpu: &mut [u64],
     unattributed: &mut u64,
     threads: &mut [ThreadTotals],
@@ -40,7 +42,6 @@ pub(crate) fn fill(
     if cpu.iter().all(|&c| c == 0) {
         return Vec::new();
     }
-    let index_of = |path: &str| ops.iter().position(|o| o.path == path);
     let wants: Vec<Want> = ops
         .iter()
         .enumerate()
@@ -51,7 +52,7 @@ pub(crate) fn fill(
             parent: o
                 .parent_path
                 .as_deref()
-                .and_then(|p| index_of(p).filter(|&j| !is_root(j)).map(|j| (j, p))),
+                .and_then(|p| op_at(p).map(|j| (j, p))),
             ns: u64::try_from(o.processing_time_ns).unwrap_or(0),
         })
         .collect();
@@ -167,6 +168,15 @@ mod tests {
     const MAP: &str = "Root::ParallelMapV2";
     const RANGE: &str = "Root::ParallelMapV2::Range";
 
+    fn is_root(i: usize) -> bool {
+        i == 0
+    }
+
+    /// The pipeline's ops by path, the root left out (as `OpContext::op`).
+    fn op_at(path: &str) -> Option<usize> {
+        [MAP, RANGE].iter().position(|p| *p == path).map(|i| i + 1)
+    }
+
     fn pipeline() -> Vec<OpTotals> {
         vec![
             op(ROOT, None, 100, 1_000),
@@ -185,7 +195,14 @@ mod tests {
             thread(3, ThreadRole::Pipeline, &[], 5_000),
         ];
         let mut unattributed = 25_000;
-        let given = fill(&ops, |i| i == 0, &mut cpu, &mut unattributed, &mut threads);
+        let given = fill(
+            &ops,
+            is_root,
+            op_at,
+            &mut cpu,
+            &mut unattributed,
+            &mut threads,
+        );
         assert_eq!(given, vec![2]);
         // 25,000 unattributed, then 5,000 of the map's share.
         assert_eq!(cpu, vec![0, 7_995_000, 30_000]);
@@ -200,9 +217,9 @@ mod tests {
         let ops = pipeline();
         let mut threads = vec![thread(2, ThreadRole::Pipeline, &[(MAP, 10), (RANGE, 1)], 7)];
         let (mut cpu, mut u) = (vec![0, 10, 1], 7);
-        assert!(fill(&ops, |i| i == 0, &mut cpu, &mut u, &mut threads).is_empty());
+        assert!(fill(&ops, is_root, op_at, &mut cpu, &mut u, &mut threads).is_empty());
         let (mut cpu, mut u) = (vec![0, 0, 0], 7);
-        assert!(fill(&ops, |i| i == 0, &mut cpu, &mut u, &mut threads).is_empty());
+        assert!(fill(&ops, is_root, op_at, &mut cpu, &mut u, &mut threads).is_empty());
         assert_eq!(u, 7);
     }
 }
