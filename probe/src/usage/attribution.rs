@@ -186,8 +186,8 @@ fn add(a: &mut bpf::Attr, b: &bpf::Attr) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::nodes::tests::polled;
     use super::*;
-    use plumber_collector::event::NodeObservation;
 
     fn attr(tid: u32, node: u64, id: i64, cpu_ns: u64) -> bpf::Attr {
         bpf::Attr {
@@ -198,21 +198,6 @@ mod tests {
             cpu_ns,
             stops: 1,
             ..Default::default()
-        }
-    }
-
-    fn polled(addr: u64, id: i64, path: &str) -> NodeObservation {
-        NodeObservation {
-            addr,
-            id,
-            name: path.rsplit("::").next().unwrap_or(path).into(),
-            path: path.into(),
-            parent: None,
-            in_function: false,
-            counters: Default::default(),
-            parallelism: None,
-            ratio: None,
-            buffer_size: None,
         }
     }
 

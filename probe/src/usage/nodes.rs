@@ -160,14 +160,15 @@ impl Nodes {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn polled(addr: u64, id: i64, name: &str, path: &str) -> NodeObservation {
+    /// A node as a poll names it, its model name the path's last part.
+    pub(in crate::usage) fn polled(addr: u64, id: i64, path: &str) -> NodeObservation {
         NodeObservation {
             addr,
             id,
-            name: name.into(),
+            name: path.rsplit("::").next().unwrap_or(path).into(),
             path: path.into(),
             parent: None,
             in_function: false,
@@ -181,7 +182,7 @@ mod tests {
     #[test]
     fn an_epoch_no_poll_saw_is_named_though_it_retires_child_first() {
         let mut n = Nodes::default();
-        n.learn(&[polled(1, 1, "Repeat", "Root::Repeat")]);
+        n.learn(&[polled(1, 1, "Root::Repeat")]);
         // As TensorFlow tears an epoch down: Range, its map, the batch,
         // then the prefetch under the repeat that a poll saw.
         n.learn_retired((40, 9), (30, 8), "Range");
@@ -203,13 +204,13 @@ mod tests {
     fn swapped_addresses_keep_each_node_its_name() {
         let mut n = Nodes::default();
         n.learn(&[
-            polled(30, 8, "ParallelMapV2", "Root::ParallelMapV2"),
-            polled(40, 9, "Range", "Root::ParallelMapV2::Range"),
+            polled(30, 8, "Root::ParallelMapV2"),
+            polled(40, 9, "Root::ParallelMapV2::Range"),
         ]);
         // The next epoch's map where the range was, and the other way.
         n.learn(&[
-            polled(40, 12, "ParallelMapV2", "Root::ParallelMapV2"),
-            polled(30, 13, "Range", "Root::ParallelMapV2::Range"),
+            polled(40, 12, "Root::ParallelMapV2"),
+            polled(30, 13, "Root::ParallelMapV2::Range"),
         ]);
         let name = |i| n.instance(i).map(String::as_str);
         assert_eq!(name((40, 9)), Some("Root::ParallelMapV2::Range"));
@@ -226,7 +227,7 @@ mod tests {
     fn an_orphan_is_named_by_the_next_poll_of_its_parent_or_dropped() {
         let mut n = Nodes::default();
         n.learn_retired((40, 9), (30, 8), "Range");
-        n.learn(&[polled(30, 8, "ParallelMapV2", "Root::ParallelMapV2")]);
+        n.learn(&[polled(30, 8, "Root::ParallelMapV2")]);
         assert_eq!(
             n.instance((40, 9)).map(String::as_str),
             Some("Root::ParallelMapV2::Range")
@@ -235,7 +236,7 @@ mod tests {
         n.learn_retired((41, 10), (31, 11), "Range");
         n.learn(&[]);
         n.learn(&[]);
-        n.learn(&[polled(31, 11, "BatchV2", "Root::BatchV2")]);
+        n.learn(&[polled(31, 11, "Root::BatchV2")]);
         assert_eq!(n.instance((41, 10)), None);
     }
 }
