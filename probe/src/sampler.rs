@@ -36,7 +36,9 @@ use plumber_collector::event::DropCount;
 use tracing::{debug, info, warn};
 
 pub use crate::bpf::sample::RawSample;
-use crate::bpf::sample::{SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL};
+use crate::bpf::sample::{
+    SampleBpf, SampleBpfError, DROP_NAMES, FLAG_IN_KERNEL, PY_READ_FAILED, PY_TRUNCATED,
+};
 use crate::cost::Thin;
 use crate::python::PyProcess;
 pub use attribute::{attribute, IoStack, LockStack, StackContext};
@@ -505,8 +507,15 @@ impl Processor {
             return user.iter().map(|&a| Frame::Addr(a)).collect();
         };
         let groups = py.groups(s);
+        let complete = s.py_flags & (PY_TRUNCATED | PY_READ_FAILED) == 0;
         let p = &py.py;
-        python::merge(user, &groups, |a| p.is_interpreter(a), |a| p.is_eval(a))
+        python::merge(
+            user,
+            &groups,
+            complete,
+            |a| p.is_interpreter(a),
+            |a| p.is_eval(a),
+        )
     }
 
     /// Names every address once (one blazesym call) and counts identical

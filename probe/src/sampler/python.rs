@@ -90,9 +90,18 @@ impl PyFrames {
 /// `take_gil`); the rest of the run, from the innermost eval frame out, is
 /// replaced by the groups of its eval frames. Groups left over (the
 /// native unwind stopped early) go on the outer end.
+///
+/// `walk_complete`: the Python walk reached the thread's first frame.
+/// Then eval frames beyond the groups are the innermost ones: an eval
+/// call that has not yet pushed its frame, or has popped it and is
+/// returning (3.9 calls `_Py_CheckFunctionResult` after
+/// `tstate->frame = f->f_back`). They ran no Python frame and are left
+/// out, so each group stays with its own eval call. Otherwise the walk
+/// was cut and the outer ones keep their native name.
 pub fn merge(
     native: &[u64],
     groups: &[Vec<Arc<str>>],
+    walk_complete: bool,
     is_interp: impl Fn(u64) -> bool,
     is_eval: impl Fn(u64) -> bool,
 ) -> Vec<Frame> {
@@ -100,6 +109,12 @@ pub fn merge(
         return native.iter().map(|&a| Frame::Addr(a)).collect();
     }
     let mut out = Vec::with_capacity(native.len() + groups.iter().map(Vec::len).sum::<usize>());
+    let evals = native.iter().filter(|&&a| is_eval(a)).count();
+    let mut skip = if walk_complete {
+        evals.saturating_sub(groups.len())
+    } else {
+        0
+    };
     let mut next = groups.iter();
     let mut i = 0;
     while i < native.len() {
@@ -118,6 +133,10 @@ pub fn merge(
             Some(first) => {
                 out.extend(run[..first].iter().map(|&a| Frame::Addr(a)));
                 for &a in run[first..].iter().filter(|&&a| is_eval(a)) {
+                    if skip > 0 {
+                        skip -= 1;
+                        continue;
+                    }
                     match next.next() {
                         Some(g) => out.extend(g.iter().cloned().map(Frame::Py)),
                         // More eval frames than groups (the walk was
@@ -168,7 +187,7 @@ mod tests {
         // running main, from PyRun (0x1300), from _start (0x9000).
         let native = [0x5000, 0x1100, 0x1810, 0x1200, 0x1820, 0x1300, 0x9000];
         let groups = vec![py(&["g (a.py:3)", "f (a.py:9)"]), py(&["main (a.py:20)"])];
-        let m = merge(&native, &groups, interp, eval);
+        let m = merge(&native, &groups, true, interp, eval);
         assert_eq!(
             show(&m),
             [
@@ -191,7 +210,7 @@ mod tests {
             "slow_fn (train.py:42)",
             "__call__ (script_ops.py:150)",
         ])];
-        let m = merge(&native, &groups, interp, eval);
+        let m = merge(&native, &groups, true, interp, eval);
         assert_eq!(
             show(&m),
             [
@@ -207,16 +226,35 @@ mod tests {
     fn leftovers_and_shortfalls() {
         // No Python frames: the stack as it was.
         assert_eq!(
-            show(&merge(&[0x1810, 0x9000], &[], interp, eval)),
+            show(&merge(&[0x1810, 0x9000], &[], true, interp, eval)),
             ["0x1810", "0x9000"]
         );
-        // Fewer groups than eval frames: the outer one keeps its address.
-        let m = merge(&[0x1810, 0x1820], &[py(&["f (a.py:1)"])], interp, eval);
+        // Fewer groups than eval frames, the walk cut: the outer one
+        // keeps its address.
+        let m = merge(
+            &[0x1810, 0x1820],
+            &[py(&["f (a.py:1)"])],
+            false,
+            interp,
+            eval,
+        );
         assert_eq!(show(&m), ["f (a.py:1)", "0x1820"]);
+        // The walk complete: the inner eval call has popped its frame
+        // (3.9, returning through _Py_CheckFunctionResult at 0x1100) and
+        // ran no Python; its caller's group stays with its own call.
+        let m = merge(
+            &[0x1100, 0x1810, 0x1200, 0x1820, 0x9000],
+            &[py(&["f (a.py:1)"])],
+            true,
+            interp,
+            eval,
+        );
+        assert_eq!(show(&m), ["0x1100", "f (a.py:1)", "0x9000"]);
         // More groups than eval frames (the unwind stopped): outermost.
         let m = merge(
             &[0x1810],
             &[py(&["f (a.py:1)"]), py(&["g (a.py:2)"])],
+            true,
             interp,
             eval,
         );
@@ -225,6 +263,7 @@ mod tests {
         let m = merge(
             &[0x1100, 0x1200, 0x7000],
             &[py(&["f (a.py:1)"])],
+            true,
             interp,
             eval,
         );
