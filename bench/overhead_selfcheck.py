@@ -219,6 +219,9 @@ def main():
                     help=f"comma-separated, from {', '.join(SETTINGS)} (default all)")
     ap.add_argument("--cpus", default="1",
                     help="CPUs the workload, the probe and this script run on (default 1; 'all': unpinned)")
+    ap.add_argument("--probe-cpus", default=None,
+                    help="CPUs the probe and this script run on, apart from the workload's --cpus "
+                         "(default: the same as --cpus)")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after READY (default 5)")
     ap.add_argument("--settle", type=float, default=0.5, help="pause after each ON window (default 0.5)")
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
@@ -240,7 +243,10 @@ def main():
     try:
         if not wl.ready.wait(timeout=180):
             die(f"workload never printed READY (see {wl.stderr_path})")
-        print(f"workload {args.workload} pid {wl.pid} on CPUs {args.cpus}; {args.pairs} ABBA pairs of "
+        if args.probe_cpus:
+            pin(args.probe_cpus)
+        print(f"workload {args.workload} pid {wl.pid} on CPUs {args.cpus}"
+              f"{'' if not args.probe_cpus else f', probe on CPUs {args.probe_cpus}'}; {args.pairs} ABBA pairs of "
               f"{args.window:g} s windows per setting; probe {args.probe}", flush=True)
         sampler = Sampler(wl.pid)
         time.sleep(args.warmup)

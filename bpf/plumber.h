@@ -76,7 +76,8 @@ enum pp_drop {
 	PP_DROP_SPAN_RINGBUF_FULL = 17,		/* an op span for trace.json */
 	PP_DROP_BLOCK_COPY_MAP_FULL = 18,	/* a sampled block's stack copy */
 	PP_DROP_BLOCK_NO_USER_REGS = 19,	/* likewise: no user registers */
-	PP_DROP__COUNT = 20,
+	PP_DROP_BLOCK_SAMPLE_RINGBUF_FULL = 20,	/* likewise: its ring buffer full */
+	PP_DROP__COUNT = 21,
 };
 
 /* Kinds of blocking, indexes into pp_waits. */

@@ -384,6 +384,17 @@ struct {
 	__uint(max_entries, 4096);
 } wait_samples SEC(".maps");
 
+/* Sampled blocks' stack copies, the same records, in a ring of their own:
+ * an attribution part's blocks fill a ring (every pipeline thread sends
+ * one every PP_BLOCK_COPY_GAP_NS), and in a shared one the lock and GIL
+ * copies of the waits part that follows found no room whenever user space
+ * had not drained it in between: the recording then had no GIL stack but
+ * the frame-pointer walk's, cut inside libpython. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} block_samples SEC(".maps");
+
 /* Sampled blocks' stack copies, taken when the thread goes to sleep (it is
  * the current task then: its user memory and Python state are readable)
  * and sent to wait_samples when it wakes, with the block's length, which
@@ -605,7 +616,7 @@ static __always_inline void send_block_copy(struct pp_thread *st, __u32 tid, __u
 	st->flags &= ~PP_THREAD_BLOCK_COPY;
 	struct ps_sample *c = bpf_map_lookup_elem(&block_copies, &tid);
 	if (c && ns && since && c->mono_ns == since) {
-		struct ps_sample *s = bpf_ringbuf_reserve(&wait_samples, sizeof(*s), 0);
+		struct ps_sample *s = bpf_ringbuf_reserve(&block_samples, sizeof(*s), 0);
 		if (s && bpf_probe_read_kernel(s, sizeof(*s), c) == 0) {
 			s->wait_ns = ns * s->wait_ns;
 			/* Drained at every poll; see the file-event ring buffer. */
@@ -614,7 +625,7 @@ static __always_inline void send_block_copy(struct pp_thread *st, __u32 tid, __u
 			/* Cannot fail (a map value): not sent half-copied. */
 			bpf_ringbuf_discard(s, 0);
 		} else {
-			count_drop(PP_DROP_WAIT_SAMPLE_RINGBUF_FULL);
+			count_drop(PP_DROP_BLOCK_SAMPLE_RINGBUF_FULL);
 		}
 	}
 	bpf_map_delete_elem(&block_copies, &tid);

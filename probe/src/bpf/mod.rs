@@ -77,6 +77,12 @@ impl<'obj> Bpf<'obj> {
                 .wait_samples
                 .set_max_entries(8 << 20)
                 .map_err(BpfError::Load)?;
+            // The sampled blocks' copies, as many, in a ring of their own
+            // (bpf/probe.bpf.c says why).
+            open.maps
+                .block_samples
+                .set_max_entries(8 << 20)
+                .map_err(BpfError::Load)?;
             // Sampled blocks' stack copies in flight, from the switch-out
             // to the wake-up: one per thread blocked with one (a block in
             // PP_BLOCK_SAMPLE, in windows only). 33 KiB each, 4 MiB in all;
@@ -220,6 +226,21 @@ impl<'obj> Bpf<'obj> {
         reader(
             &self.skel.maps.wait_samples,
             "wait_samples",
+            RawSample::from_bytes,
+            sink,
+            bad,
+        )
+    }
+
+    /// Reader of the sampled blocks' stack copies.
+    pub fn block_sample_reader(
+        &self,
+        sink: Rc<RefCell<Vec<RawSample>>>,
+        bad: Rc<RefCell<u64>>,
+    ) -> Result<RingBuffer<'_>, BpfError> {
+        reader(
+            &self.skel.maps.block_samples,
+            "block_samples",
             RawSample::from_bytes,
             sink,
             bad,

@@ -2,7 +2,7 @@
 //! transmute), and a test pins the sizes to the C layout.
 
 /// Names of `enum pp_drop`, in order.
-pub const DROP_NAMES: [&str; 20] = [
+pub const DROP_NAMES: [&str; 21] = [
     "ringbuf_full",
     "bpf_read_failed",
     "discover_map_full",
@@ -23,6 +23,7 @@ pub const DROP_NAMES: [&str; 20] = [
     "span_ringbuf_full",
     "block_copy_map_full",
     "block_no_user_regs",
+    "block_sample_ringbuf_full",
 ];
 
 /// `enum pp_wait_kind`.

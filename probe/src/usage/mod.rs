@@ -182,12 +182,10 @@ impl<'a, 'obj> Usage<'a, 'obj> {
     pub fn tick(&mut self) -> Option<Duration> {
         let next = self.windows.tick();
         // A window part may have just moved on: hand the stack copies in
-        // the ring over now, not at the next poll. An attribution part's
-        // block copies fill the ring's 256 (a pipeline's threads each send
-        // one every 20 ms), and the lock and GIL copies of the waits part
-        // that follows found no room until a poll happened to fall between
-        // the two: with none, a recording had no GIL stack but the
-        // frame-pointer walk's, cut inside libpython.
+        // the rings over now, not at the next poll, so that the next part
+        // finds room. An attribution part's block copies fill their ring's
+        // 256 (a pipeline's threads each send one every 20 ms); the lock
+        // and GIL copies have a ring of their own (bpf/probe.bpf.c).
         if let Some(w) = &mut self.wait_stacks {
             w.forward();
         }

@@ -1,7 +1,7 @@
-//! The ring buffer of sampled waits' stack copies (lock, condition and GIL
-//! slow paths, and blocks off CPU) and where they go: the stack sampler's
-//! worker unwinds them with the libraries' .eh_frame, as it does its own
-//! samples.
+//! The ring buffers of sampled waits' stack copies (lock, condition and
+//! GIL slow paths in one, blocks off CPU in the other) and where they go:
+//! the stack sampler's worker unwinds them with the libraries' .eh_frame,
+//! as it does its own samples.
 
 use std::sync::mpsc;
 
@@ -12,7 +12,8 @@ use crate::bpf::sample::RawSample;
 use crate::bpf::{Bpf, RingFeed};
 
 pub(super) struct WaitStacks<'a> {
-    feed: RingFeed<'a, RawSample>,
+    waits: RingFeed<'a, RawSample>,
+    blocks: RingFeed<'a, RawSample>,
     tx: mpsc::Sender<Vec<RawSample>>,
     /// Copies the sampler was gone for.
     lost: u64,
@@ -24,16 +25,23 @@ impl<'a> WaitStacks<'a> {
     /// they cannot be copied.
     pub(super) fn start(bpf: &'a Bpf<'_>, tx: mpsc::Sender<Vec<RawSample>>) -> Option<Self> {
         let started = RingFeed::open(|sink, bad| bpf.wait_sample_reader(sink, bad))
-            .and_then(|feed| bpf.set_copy_wait_stacks(true).map(|()| feed));
-        let feed = started
+            .and_then(|w| Ok((w, RingFeed::open(|s, b| bpf.block_sample_reader(s, b))?)))
+            .and_then(|feeds| bpf.set_copy_wait_stacks(true).map(|()| feeds));
+        let (waits, blocks) = started
             .map_err(|e| warn!("lock, GIL and off-CPU stacks stay frame-pointer walks: {e}"))
             .ok()?;
-        Some(WaitStacks { feed, tx, lost: 0 })
+        Some(WaitStacks {
+            waits,
+            blocks,
+            tx,
+            lost: 0,
+        })
     }
 
     /// Hands the copies taken since the last call to the sampler.
     pub(super) fn forward(&mut self) {
-        let batch = self.feed.take();
+        let mut batch = self.waits.take();
+        batch.append(&mut self.blocks.take());
         if batch.is_empty() {
             return;
         }
@@ -48,7 +56,7 @@ impl<'a> WaitStacks<'a> {
         [
             DropCount::new(
                 "wait_sample_malformed_records",
-                w.map_or(0, |w| w.feed.malformed()),
+                w.map_or(0, |w| w.waits.malformed() + w.blocks.malformed()),
             ),
             DropCount::new(
                 "wait_samples_after_sampler_stopped",
