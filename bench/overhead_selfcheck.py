@@ -37,7 +37,10 @@ CPU (`--cpus 1`, inherited by the probe): the pinned target always has a
 runnable thread, and everything the probe does runs on that CPU. Costs the
 probe counts in full that run on the other CPU (scheduler tracepoints and the
 sampler's perf event for other processes, which return at once) make the
-share a slight overestimate there. `--cpus all` measures unpinned.
+share a slight overestimate there. `--cpus all` measures unpinned;
+`--probe-cpus 0` (with `--cpus 1`) runs the probe on a CPU of its own, so
+that the slowdown is what is paid in the target's context alone (compare it
+with the in-target part of the share).
 
 A secondary figure, elements per target CPU-second ON/OFF, isolates what is
 paid inside the target (BPF, traps): it is printed beside the in-target part
