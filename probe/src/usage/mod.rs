@@ -68,6 +68,10 @@ use waits::WaitTotals;
 pub use windows::Attribution;
 use windows::Windows;
 
+/// How often the stack copies are handed over while a window part is open
+/// (see `Usage::tick`).
+const FORWARD_EVERY: Duration = Duration::from_millis(50);
+
 /// The usage side of a recording. Each part owns its state: the windows
 /// (and the probes they attach), the threads' CPU, the file I/O, the lock
 /// sites and wait counters, the stacks BPF took, the pipeline's node paths,
@@ -177,17 +181,23 @@ impl<'a, 'obj> Usage<'a, 'obj> {
         })
     }
 
-    /// Opens and closes attribution windows; returns how soon it must run
-    /// again (None: nothing scheduled).
+    /// Opens and closes attribution windows and hands stack copies over;
+    /// returns how soon it must run again (None: nothing scheduled).
     pub fn tick(&mut self) -> Option<Duration> {
         let next = self.windows.tick();
         // A window part may have just moved on: hand the stack copies in
         // the rings over now, not at the next poll, so that the next part
-        // finds room. An attribution part's block copies fill their ring's
-        // 256 (a pipeline's threads each send one every 20 ms); the lock
-        // and GIL copies have a ring of their own (bpf/probe.bpf.c).
+        // finds room; and while a part is open, every FORWARD_EVERY. An
+        // attribution part's block copies filled their ring's 256 within
+        // its 250 ms (a pipeline's threads each send one every 20 ms), and
+        // the blocks of its end were lost: a sample leaning to the blocks
+        // that come first. The lock and GIL copies have a ring of their
+        // own (bpf/probe.bpf.c).
         if let Some(w) = &mut self.wait_stacks {
             w.forward();
+            if self.windows.is_open() {
+                return Some(next.map_or(FORWARD_EVERY, |n| n.min(FORWARD_EVERY)));
+            }
         }
         next
     }

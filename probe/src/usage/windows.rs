@@ -318,6 +318,11 @@ impl<'a, 'obj> Windows<'a, 'obj> {
         }
     }
 
+    /// Whether a window part is open (its probes in).
+    pub(super) fn is_open(&self) -> bool {
+        self.window.is_some()
+    }
+
     /// Opens and closes attribution windows; returns how soon it must run
     /// again (None: nothing scheduled).
     pub(super) fn tick(&mut self) -> Option<Duration> {
