@@ -397,7 +397,7 @@ struct {
 
 /* Sampled blocks' stack copies, taken when the thread goes to sleep (it is
  * the current task then: its user memory and Python state are readable)
- * and sent to wait_samples when it wakes, with the block's length, which
+ * and sent to block_samples when it wakes, with the block's length, which
  * only the wake-up knows. Key: global tid; an entry lives from the
  * switch-out to the switch-in (or the task's free). One entry unless the
  * sampler runs (user space sizes it): 33 KiB each, preallocated. */

@@ -51,7 +51,7 @@ pub struct Bpf<'obj> {
 impl<'obj> Bpf<'obj> {
     /// `io_ringbuf_bytes`: size of the file-event ring buffer (a power of
     /// two, at least a page); small values test that drops are reported.
-    /// `wait_stacks`: size the ring buffer of sampled waits' stack copies
+    /// `wait_stacks`: size the ring buffers of sampled waits' stack copies
     /// for use (the stack sampler runs); else it keeps one page.
     /// `py`: the interpreter whose Python frames those copies carry.
     pub fn load(
