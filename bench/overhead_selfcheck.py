@@ -56,10 +56,13 @@ of the probe.
 """
 
 import argparse
+import ctypes
 import json
 import os
+import platform
 import shutil
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -87,9 +90,6 @@ SATURATED = 0.9
 
 def timer_window(args, hz=999):
     """An ON window of bare cpu-clock events (no program) on every CPU."""
-    import ctypes
-    import struct
-    import platform
     if platform.machine() != "x86_64":
         return {"error": "timer999 opens its perf events by x86-64's syscall number"}
     libc = ctypes.CDLL(None, use_errno=True)
@@ -299,7 +299,7 @@ def main():
     if not judged:
         print(f"no judged setting: figures reported only; logs: {work}")
         return 0
-    ok = bool(judged) and all(r["verdict"] == "PASS" for r in judged)
+    ok = all(r["verdict"] == "PASS" for r in judged)
     print(f"{'PASS' if ok else 'FAIL'}: every judged setting's self-report within "
           f"+/-{100 * TOLERANCE:.0f}% (relative) of its A/B slowdown"
           f"{'' if ok else ' does not hold'}; logs: {work}")
