@@ -20,6 +20,7 @@ mod record_torch;
 mod recording;
 mod run;
 mod sampler;
+mod sched;
 /// The shared-memory layout of the LD_PRELOAD shim; the shim compiles the
 /// same file, so the two cannot drift.
 // The reader side uses only part of it (the rest is the writer's).

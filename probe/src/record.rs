@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use plumber_collector::event::{DropCount, Event};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::bpf::Bpf;
 use crate::cost::{CostOpts, Lever, Meter, Pace, Thin};
@@ -94,31 +94,10 @@ pub fn check_privileges() -> Result<()> {
     )
 }
 
-/// Our threads wake several times a second on a machine the target may
-/// keep busy, and on 2 saturated cores a wakeup that preempts a pipeline
-/// thread was measured to cost the pipeline 150-200 us, far more than the
-/// work it does (BENCHMARKS.md). A waking SCHED_BATCH thread does not
-/// preempt the one running (the fair class's wakeup preemption skips it):
-/// it runs when that thread's slice ends, with the same share of the CPU
-/// as before, so it is not starved while it holds the kernel's uprobe
-/// locks. Threads started after this inherit it; `run` does not use it,
-/// as its child, the training job, would inherit it too.
-fn batch_scheduling() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler on the calling thread (pid 0) with a
-    // valid, initialised sched_param, which it only reads.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
-        debug!(
-            "keeping the default scheduling policy: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
-    batch_scheduling();
+    crate::sched::batch_scheduling();
     let target = match Target::open(opts.pid) {
         Err(e @ TargetError::NoTensorFlow { .. }) => match crate::torch::find(opts.pid) {
             Some(torch) => {
