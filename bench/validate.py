@@ -23,7 +23,8 @@ Prints, per case: the recording's observed and predicted rate, what the report
 says holds the pipeline back when not its ops (limited_elsewhere), then one
 row per recommendation: predicted, measured (median of the runs, min-max
 spread), the prediction's error, and the gain over the recorded configuration,
-predicted (over the model's rate as recorded) against measured (the median
+predicted (over the model's rate as recorded, times predictions_scaled_by for a
+DataLoader) against measured (the median
 of each changed run over the recorded-configuration run just before it), with
 the error of that gain. The gain's error is what the machine's speed leaves
 alone: a VM whose cores run the same code 1.5x slower from one minute to the
@@ -224,7 +225,11 @@ def run_case(args, name, checks):
     print(f"AUTOTUNE: {fmt_m(auto)}")
     limit = 0.15 if script.startswith("torch_") else 0.10
     observed = report["observed_rate"]
+    # A DataLoader's predictions keep the share of the model's rate it
+    # delivered as recorded: their gains are over that.
     model_now = report["predicted_rate"]
+    if model_now and report.get("predictions_scaled_by"):
+        model_now *= report["predictions_scaled_by"]
     print("| change | predicted | measured (median, spread) | error | gain predicted / measured | gain's error |")
     print("|---|---|---|---|---|---|")
     recs = report["recommendations"]
@@ -251,7 +256,8 @@ def run_case(args, name, checks):
         gain = statistics.median(ratios) if ratios else None
         pred = rec["predicted_rate"]
         # The model's own gain: the change's rate over the model's rate as
-        # recorded (the row above says how far that one is off).
+        # recorded (the row above says how far that one is off), scaled as
+        # the predictions are.
         pred_gain = pred / model_now if pred and model_now else None
         gain_err = pred_gain / gain - 1 if pred_gain and gain else None
         rows.append(f"| {label} | {pred or 0:.1f}/s | {fmt_m(m)} | {err(pred, m)} | "

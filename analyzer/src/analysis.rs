@@ -261,6 +261,7 @@ fn build_report(
             at_is_prefetch: pf.at_is_prefetch,
         },
         recommendations: outcome.recommendations,
+        predictions_scaled_by: outcome.scaled_by,
         ranking: m.ranking.iter().map(|&u| name_of(u)).collect(),
         notes,
         nodes,

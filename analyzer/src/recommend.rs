@@ -111,6 +111,9 @@ pub(crate) struct Outcome {
     pub notes: Vec<String>,
     /// What holds the pipeline back when its ops do not.
     pub elsewhere: Option<Elsewhere>,
+    /// A DataLoader's predictions are the model's rates times this
+    /// ([`dl_advice::delivered_share`]).
+    pub scaled_by: Option<f64>,
 }
 
 /// `observed`: the root rate over the window. When it is well below what
@@ -139,13 +142,21 @@ pub(crate) fn recommend(
         recommendations,
         notes: Vec::new(),
         elsewhere,
+        scaled_by: None,
     };
+    if dataloader && out.elsewhere.is_none() {
+        out.scaled_by = dl_advice::delivered_share(base, observed);
+    }
+    let scale = out.scaled_by.unwrap_or(1.0);
+    for r in &mut out.recommendations {
+        r.predicted_rate = r.predicted_rate.map(|x| x * scale);
+    }
     // Where the changes stop, and why.
     let last_rate = out
         .recommendations
         .last()
         .and_then(|r| r.predicted_rate)
-        .or(rate_opt(base.rate));
+        .or(rate_opt(base.rate).map(|r| r * scale));
     match ev.limiter {
         Limiter::Cores => out.notes.push(format!(
             "at {} every one of the {} cores is in use: only more cores, cheaper ops or a cache go further",
@@ -194,6 +205,7 @@ pub(crate) fn recommend(
         if let Some(r) = dl_advice::prefetch(m, prefetch, &out.recommendations, last_rate) {
             out.recommendations.push(r);
         }
+        dl_advice::say_scaled(&mut out.recommendations, out.scaled_by);
         return out;
     }
     recommend_prefetch(m, prefetch, last_rate, &mut out);

@@ -37,6 +37,11 @@ pub struct Report {
     /// What to change, in order; each `predicted_rate` assumes this and
     /// every earlier recommendation applied.
     pub recommendations: Vec<Recommendation>,
+    /// A DataLoader's recommendations predict the model's rate times
+    /// this: the share of `predicted_rate` it delivered as recorded, when
+    /// less (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictions_scaled_by: Option<f64>,
     /// Op names, lowest max rate first.
     pub ranking: Vec<String>,
     /// Assumptions and fallbacks the analysis made.

@@ -89,9 +89,20 @@ fn workers_bound_loader_gets_more_workers() {
     // asked for the larger θ only).
     assert_eq!(rec.kind, "workers");
     assert_eq!(rec.value, 4.0);
+    // The worker was busy 56 s of the 60: the loader delivered 600/60 of
+    // the model's 600/56 a second, and four keep that share.
     let per_worker = 600.0 / 56.0;
+    let share = (600.0 / 60.0) / per_worker;
+    let scaled = r.predictions_scaled_by.expect("scaled");
+    assert!((scaled - share).abs() < 1e-6, "{scaled}");
     let rate = rec.predicted_rate.expect("rate");
-    assert!((rate - 4.0 * per_worker).abs() < 1e-6, "{rate}");
+    assert!((rate - 4.0 * per_worker * share).abs() < 1e-6, "{rate}");
+    assert!(
+        rec.assumes
+            .contains("; the DataLoader delivering 93% of what its stages allow"),
+        "{}",
+        rec.assumes
+    );
     assert!(
         rate > r
             .bottleneck
