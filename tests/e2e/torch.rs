@@ -68,6 +68,24 @@ fn num(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("dataloader.json has no number {key}: {v}"))
 }
 
+/// Every worker the workload announced up to `t_ns` (pid, its index in
+/// the loader), the last set last.
+fn workers_until(lines: &[String], t_ns: i64) -> Vec<(i64, usize)> {
+    let mut out = Vec::new();
+    for l in lines.iter().filter(|l| l.starts_with("WORKERS ")) {
+        let f = |key: &str| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key).map(str::to_string))
+        };
+        if f("wall_ns=").and_then(|t| t.parse::<i64>().ok()) > Some(t_ns) {
+            break;
+        }
+        let pids = f("pids=").unwrap_or_default();
+        out.extend(pids.split(',').filter_map(|x| x.parse().ok()).zip(0..));
+    }
+    out
+}
+
 /// The worker pids the workload announced last before `t_ns`.
 fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
     let field = |l: &str, key: &str| {
@@ -230,7 +248,8 @@ fn agrees_with_loop(
                 "{who}: no note on the hot spots of loading:\n{report}"
             );
         }
-        check_trace(dir, &who, ready_pid(&lines), &announced, &d);
+        let all = workers_until(&lines, t1);
+        check_trace(dir, &who, ready_pid(&lines), &announced, &all, &d);
         check_profile(dir, &who, &folded, !announced.is_empty());
     }
     Checked::read(dir, d, lines)
@@ -281,11 +300,19 @@ const STAGES: &[(&str, &str)] = &[
     ("other", "training step"),
 ];
 
-/// trace.json: a process for the training loop and one for each worker
-/// the workload announced, named as Perfetto shows them, each with spans
+/// trace.json: a process for the training loop and for the workers the
+/// workload announced last, named as Perfetto shows them, with spans
 /// named by stage that never overlap on one thread, and whose time per
-/// stage is what dataloader.json (`d`) counted.
-fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64], d: &Value) {
+/// stage is what dataloader.json (`d`) counted; any other worker of the
+/// window (`all`, short epochs) named as well where it has spans.
+fn check_trace(
+    dir: &Path,
+    who: &str,
+    training: i32,
+    workers: &[i64],
+    all: &[(i64, usize)],
+    d: &Value,
+) {
     let trace: Value =
         serde_json::from_slice(&std::fs::read(dir.join("trace.json")).expect("trace.json"))
             .expect("trace.json is JSON");
@@ -361,16 +388,37 @@ fn check_trace(dir: &Path, who: &str, training: i32, workers: &[i64], d: &Value)
         stages.get(&training).is_some_and(|s| !s.is_empty()),
         "{who}: no span of the training loop"
     );
-    for (i, pid) in workers.iter().enumerate() {
+    for (pid, i) in all.iter().filter(|(p, _)| processes.contains_key(p)) {
         assert_eq!(
             processes.get(pid).copied(),
             Some(format!("worker {i} (pid {pid})").as_str()),
             "{who}: worker {i}'s process in trace.json: {processes:?}"
         );
+    }
+    // Each worker with its track and get-item spans where the workers
+    // live through the window; with epochs of a few batches a worker
+    // lives ~0.5 s, a few ticks of a slowed sampler, which may miss it or
+    // fall in its other stages: most of those seen then.
+    let getting = |p: &i64| stages.get(p).is_some_and(|s| s.contains(&"get item"));
+    let seen: Vec<i64> = all
+        .iter()
+        .map(|&(p, _)| p)
+        .filter(|p| processes.contains_key(p))
+        .collect();
+    if all.len() <= workers.len() {
+        for pid in workers {
+            assert!(
+                getting(pid),
+                "{who}: no get item span of worker {pid}: {:?}",
+                stages.get(pid)
+            );
+        }
+    } else {
+        let n = seen.iter().filter(|p| getting(p)).count();
         assert!(
-            stages.get(pid).is_some_and(|s| s.contains(&"get item")),
-            "{who}: no get item span of worker {pid}: {:?}",
-            stages.get(pid)
+            n > 0 && 2 * n >= seen.len(),
+            "{who}: get item spans on {n} of the {} workers in trace.json",
+            seen.len()
         );
     }
     for (thread, mut v) in spans {

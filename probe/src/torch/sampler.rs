@@ -5,8 +5,9 @@
 //! sleeps are jittered around the period. It also reads the loader's
 //! batch count (`count.rs`), more often than the ticks while the loop
 //! takes more than a batch a tick and may reach an epoch's end before the
-//! next one (`pace.rs`), and at each such read the training loop's own
-//! stage too (one process's stacks: the data stall's samples).
+//! next one (`pace.rs`), and at such reads the training loop's own stage
+//! too (one process's stacks: the data stall's samples, its spans and its
+//! stage stacks, as a tick's).
 //! Wall time, not CPU time: a worker blocked reading a file is in GetItem,
 //! and the training loop blocked on the result queue is stalled.
 //! Each thread's tick also goes to its stage stack (stages.folded,
@@ -420,11 +421,25 @@ impl Run {
             return;
         }
         let (loop_stage, _) = self.training_stages(&stacks);
-        let dt = now.saturating_sub(self.last_loop_ns);
+        let start = self.last_loop_ns;
+        if let Some((st, s)) = loop_stage.zip(self.loop_stack(&stacks)) {
+            let (pid, name) = (self.training.pid, &self.training_name);
+            let seen = seen(pid, name, Role::TrainingLoop, st, s);
+            self.recorder.record(&seen, s, start, now);
+        }
+        let dt = now.saturating_sub(start);
         self.last_loop_ns = now;
         if let Ok(mut o) = self.shared.lock() {
             add_loop(&mut o, loop_stage, dt);
         }
+    }
+
+    /// The loop thread's stack among its process's `stacks`: the complete
+    /// one (a thread being started has a thread state with its parent's
+    /// id until it runs).
+    fn loop_stack<'s>(&self, stacks: &'s [Stack]) -> Option<&'s Stack> {
+        let t = self.loop_thread?;
+        stacks.iter().find(|s| s.thread_id == t && s.complete)
     }
 
     /// The training process's stacks (none when it cannot be read), read
@@ -482,6 +497,12 @@ impl Run {
                     frames,
                 },
             );
+            // Found, whether or not a tick sees it in a stage: a worker
+            // of a short epoch lives ~0.5 s, a few ticks of a slowed
+            // sampler, and its CPU and reads are its own all the same.
+            if let Ok(mut o) = self.shared.lock() {
+                o.workers.entry(pid).or_default();
+            }
         }
     }
 
@@ -495,12 +516,11 @@ impl Run {
         let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
         let mut loop_gil = None;
-        if let (Some(st), Some(t)) = (loop_stage, self.loop_thread) {
-            // The complete one: a thread starting has a thread state
-            // with its parent's id until it runs.
-            if let Some(s) = training.iter().find(|s| s.thread_id == t && s.complete) {
+        if let Some(st) = loop_stage {
+            if let Some(s) = self.loop_stack(&training) {
+                // Since the loop's last read, as its stage's time.
                 let seen = seen(pid, name, Role::TrainingLoop, st, s);
-                self.recorder.record(&seen, s, start_ns, end_ns);
+                self.recorder.record(&seen, s, self.last_loop_ns, end_ns);
                 if st == Stage::Receive {
                     strategy = sharing_strategy(&s.frames);
                 }
