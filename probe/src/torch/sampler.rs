@@ -83,7 +83,8 @@ pub struct Observed {
     /// was, or a partial stack.
     pub training_unknown_ns: u64,
     /// Per worker process: its main thread, and its result queue's feeder
-    /// thread (Send while it pickles and writes).
+    /// thread (Send while it pickles and writes); empty for a worker
+    /// followed that no tick saw in a stage.
     pub workers: BTreeMap<i32, StageNs>,
     pub pin_memory: StageNs,
     pub batches: EpochTotal,
