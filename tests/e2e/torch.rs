@@ -68,36 +68,43 @@ fn num(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("dataloader.json has no number {key}: {v}"))
 }
 
+/// The workload's WORKERS lines in order: when each was printed
+/// (`wall_ns`) and the pids it names, by their index in the loader.
+fn worker_sets(lines: &[String]) -> Vec<(Option<i64>, Vec<i64>)> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("WORKERS "))
+        .map(|l| {
+            let field = |key: &str| {
+                l.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key).map(str::to_string))
+            };
+            let wall = field("wall_ns=").and_then(|t| t.parse::<i64>().ok());
+            let pids = field("pids=").unwrap_or_default();
+            (
+                wall,
+                pids.split(',').filter_map(|x| x.parse().ok()).collect(),
+            )
+        })
+        .collect()
+}
+
 /// Every worker the workload announced up to `t_ns` (pid, its index in
 /// the loader), the last set last.
 fn workers_until(lines: &[String], t_ns: i64) -> Vec<(i64, usize)> {
-    let mut out = Vec::new();
-    for l in lines.iter().filter(|l| l.starts_with("WORKERS ")) {
-        let f = |key: &str| {
-            l.split_whitespace()
-                .find_map(|kv| kv.strip_prefix(key).map(str::to_string))
-        };
-        if f("wall_ns=").and_then(|t| t.parse::<i64>().ok()) > Some(t_ns) {
-            break;
-        }
-        let pids = f("pids=").unwrap_or_default();
-        out.extend(pids.split(',').filter_map(|x| x.parse().ok()).zip(0..));
-    }
-    out
+    worker_sets(lines)
+        .into_iter()
+        .filter(|(wall, _)| *wall <= Some(t_ns))
+        .flat_map(|(_, pids)| pids.into_iter().zip(0..))
+        .collect()
 }
 
 /// The worker pids the workload announced last before `t_ns`.
 fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
-    let field = |l: &str, key: &str| {
-        l.split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key).map(str::to_string))
-    };
-    lines
-        .iter()
-        .filter(|l| l.starts_with("WORKERS "))
-        .rfind(|l| field(l, "wall_ns=").and_then(|t| t.parse::<i64>().ok()) <= Some(t_ns))
-        .and_then(|l| field(l, "pids="))
-        .map(|p| p.split(',').filter_map(|x| x.parse().ok()).collect())
+    worker_sets(lines)
+        .into_iter()
+        .rfind(|(wall, _)| *wall <= Some(t_ns))
+        .map(|(_, pids)| pids)
         .unwrap_or_default()
 }
 
@@ -400,11 +407,6 @@ fn check_trace(
     // lives ~0.5 s, a few ticks of a slowed sampler, which may miss it or
     // fall in its other stages: most of those seen then.
     let getting = |p: &i64| stages.get(p).is_some_and(|s| s.contains(&"get item"));
-    let seen: Vec<i64> = all
-        .iter()
-        .map(|&(p, _)| p)
-        .filter(|p| processes.contains_key(p))
-        .collect();
     if all.len() <= workers.len() {
         for pid in workers {
             assert!(
@@ -414,6 +416,11 @@ fn check_trace(
             );
         }
     } else {
+        let seen: Vec<i64> = all
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|p| processes.contains_key(p))
+            .collect();
         let n = seen.iter().filter(|p| getting(p)).count();
         assert!(
             n > 0 && 2 * n >= seen.len(),

@@ -360,8 +360,9 @@ impl Run {
                     LOOP_READS_PER_PERIOD
                 };
                 let gap = u64::try_from((self.period / n).as_nanos());
-                if now_ns().0.saturating_sub(self.last_loop_ns) >= gap.unwrap_or(0) {
-                    self.loop_read();
+                let mono = now_ns().0;
+                if mono.saturating_sub(self.last_loop_ns) >= gap.unwrap_or(0) {
+                    self.loop_read(mono);
                 }
             } else {
                 let mono = now_ns().0;
@@ -415,8 +416,8 @@ impl Run {
     /// loop's stages rest on the count reads too, not on the ticks alone:
     /// a slowed sampler ticks ~80 times in 10 s, and the stall of a loop
     /// that waits 95% of its time then moved ±2.5 points from run to run.
-    fn loop_read(&mut self) {
-        let now = now_ns().0;
+    /// `now`: CLOCK_MONOTONIC ns, read just before.
+    fn loop_read(&mut self, now: u64) {
         let stacks = self.training_stacks();
         if stacks.is_empty() {
             return;
