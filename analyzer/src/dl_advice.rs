@@ -28,6 +28,9 @@ const RECEIVE_MIN: f64 = 0.10;
 /// (a tenth would be within what a step's own Python code and the
 /// stage sampler's resolution leave; a fifth is a thread competing).
 const LOOP_GIL_MIN: f64 = 0.20;
+/// The training loop's share in other loaders' calls (a validation pass)
+/// that the consumer's line names.
+const OTHER_LOADER_MIN: f64 = 0.05;
 
 /// What the loader delivered of the model's rate for it as recorded, when
 /// less: part of the window its stages, though they bound it, did not
@@ -380,10 +383,25 @@ pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<E
             ),
         });
     }
+    // A validation pass over another loader is loop time in which this
+    // one's workers wait too.
+    let other = m
+        .input
+        .dataloader
+        .as_ref()
+        .map_or(0.0, |d| d.share("other_loader"));
+    let what = if other >= OTHER_LOADER_MIN {
+        format!(
+            "its step, and another DataLoader's passes, {} of its time",
+            fmt::pct(other)
+        )
+    } else {
+        "its step, or the copy to the device".into()
+    };
     Some(Elsewhere {
         by: "consumer".into(),
         why: format!(
-            "the DataLoader delivered {} while its workers allow {}: they were busy {} of the time, so the training loop takes batches no faster (its step, or the copy to the device) — more workers or a larger prefetch_factor would not raise the rate",
+            "the DataLoader delivered {} while its workers allow {}: they were busy {} of the time, so the training loop takes batches no faster ({what}) — more workers or a larger prefetch_factor would not raise the rate",
             fmt::rate(Some(observed)),
             fmt::rate(Some(pred)),
             fmt::pct(observed / pred)

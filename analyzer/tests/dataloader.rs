@@ -371,6 +371,27 @@ fn the_loop_s_own_gil_is_named() {
     assert_eq!(r.limited_elsewhere.expect("elsewhere").by, "consumer");
 }
 
+/// A loop that spends much of its time in another loader's passes (a
+/// validation loop): the consumer's line says so.
+#[test]
+fn another_loader_s_passes_are_named_with_the_step() {
+    let p = loader(600, 3.0, 0.5, 2, 4);
+    let shares = [("wait", 0.1), ("other_loader", 0.4), ("other", 0.5)];
+    let ov = MachineOverrides::default();
+    let r = analyze(&with_loop(&p, 2, true, &shares, ""), &ov)
+        .expect("analyze")
+        .into_report();
+    let e = r.limited_elsewhere.as_ref().expect("limited elsewhere");
+    assert_eq!(e.by, "consumer", "{e:?}");
+    assert!(
+        e.why
+            .contains("(its step, and another DataLoader's passes, 40% of its time)"),
+        "{}",
+        e.why
+    );
+    assert!(workers_rec(&r).is_none());
+}
+
 /// report.html's timeline of a DataLoader recording: its stages, a row
 /// per thread of each process, labelled with the process's pid.
 #[test]

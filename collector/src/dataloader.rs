@@ -16,6 +16,9 @@ use crate::process_files::{FileReads, PidFiles};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DataLoaderSummary {
     pub torch_version: String,
+    /// The type of the loader's dataset (`DataLoaderObservation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_type: Option<String>,
     /// The window, Unix-epoch ns (the polls that bound it).
     pub start_wall_ns: u64,
     pub end_wall_ns: u64,
@@ -318,6 +321,7 @@ pub fn summarise(
     let io = loader_io(first, last, files, &mut workers, get_item_ns);
     Some(DataLoaderSummary {
         torch_version: last.torch_version.clone(),
+        dataset_type: last.dataset_type.clone(),
         start_wall_ns: first.wall_ns,
         end_wall_ns: last.wall_ns,
         window_s: secs,
@@ -363,8 +367,20 @@ impl DataLoaderSummary {
     /// The lines the recording prints.
     pub fn lines(&self) -> Vec<String> {
         let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+        let dataset = self
+            .dataset_type
+            .as_deref()
+            .map_or(String::new(), |d| format!(", dataset {d}"));
+        // Time in a loader not followed (a validation loop's) is the
+        // loop's, not this loader's stall: said beside it.
+        let other = self.training.get("other_loader").copied().unwrap_or(0.0);
+        let others = if other > 0.0 {
+            format!(", and {} in other DataLoaders", pct(other))
+        } else {
+            String::new()
+        };
         let mut v = vec![format!(
-            "DataLoader (torch {}): {:.1} batches/s, {:.1} samples/s; the training loop waited for data {} of its time",
+            "DataLoader (torch {}{dataset}): {:.1} batches/s, {:.1} samples/s; the training loop waited for data {} of its time{others}",
             self.torch_version,
             self.batches_per_s,
             self.samples_per_s,
@@ -435,8 +451,12 @@ impl DataLoaderSummary {
             .sharing_strategy
             .as_deref()
             .map_or(String::new(), |s| format!(" ({s} sharing)"));
+        let others = match share("other_loader") {
+            s if s > 0.0 => format!(", other DataLoaders {:.0}%", 100.0 * s),
+            _ => String::new(),
+        };
         format!(
-            "  training loop: waiting {:.0}%, receiving {:.0}%{strategy}, worker start-up {:.0}%, its step {:.0}%",
+            "  training loop: waiting {:.0}%, receiving {:.0}%{strategy}, worker start-up {:.0}%{others}, its step {:.0}%",
             100.0 * share("wait"),
             100.0 * share("receive"),
             100.0 * share("startup"),
@@ -619,6 +639,31 @@ mod tests {
             lines.iter().any(|l| l.contains(
                 "training loop: waiting 40%, receiving 30% (file_descriptor sharing), worker start-up 20%, its step 10%"
             )),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn another_loaders_time_is_said_apart_from_the_stall() {
+        // 500 of 1,000 ns in a validation loader's calls: neither this
+        // loader's stall nor the step.
+        let a = obs(1_000_000_000, 10, 0, 0);
+        let mut b = obs(2_000_000_000, 30, 400, 100);
+        b.training.insert("other_loader".into(), 500);
+        b.dataset_type = Some("ImageFolder".into());
+        b.torch_version = "2.14.1".into();
+        let s = summarise(&a, &b, &PidFiles::new()).expect("window");
+        assert!((s.stall_share - 0.4).abs() < 1e-9);
+        let lines = s.lines();
+        assert!(
+            lines[0].starts_with("DataLoader (torch 2.14.1, dataset ImageFolder): ")
+                && lines[0].ends_with("of its time, and 50% in other DataLoaders"),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("worker start-up 0%, other DataLoaders 50%, its step 10%")),
             "{lines:?}"
         );
     }

@@ -16,6 +16,10 @@ pub struct DataLoaderObservation {
     #[serde(default)]
     pub wall_ns: u64,
     pub torch_version: String,
+    /// The type of the followed loader's dataset: which of the job's
+    /// loaders (a training and a validation one) this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_type: Option<String>,
     pub num_workers: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch_factor: Option<u32>,
@@ -35,7 +39,8 @@ pub struct DataLoaderObservation {
     pub covered_ns: u64,
     pub ticks: u64,
     /// The training loop's thread, wall ns per stage (`wait`, `get_item`,
-    /// `collate`, `other`), from when it was first seen in `next()`.
+    /// `collate`, `other`; `other_loader` inside another loader's calls),
+    /// from when it was first seen in `next()`.
     pub training: BTreeMap<String, u64>,
     pub training_unknown_ns: u64,
     pub pin_memory_stages: BTreeMap<String, u64>,

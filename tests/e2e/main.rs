@@ -19,5 +19,6 @@ mod stacks;
 mod top;
 mod torch;
 mod torch_io;
+mod torch_loaders;
 mod torch_waits;
 mod usage;

@@ -36,15 +36,15 @@ pub(crate) const BUDGET: [&str; 2] = ["--max-overhead", "4"];
 /// Epochs of 64 batches: the count misses at most what the loop takes in
 /// one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of a
 /// 64-batch epoch at worst.
-const EPOCH_SAMPLES: &str = "1024";
+pub(crate) const EPOCH_SAMPLES: &str = "1024";
 
 impl Case<'_> {
-    fn who(&self) -> String {
+    pub(crate) fn who(&self) -> String {
         format!("{} {}", self.script, self.args.join(" "))
     }
 
     /// A directory name for the case.
-    fn tag(&self) -> String {
+    pub(crate) fn tag(&self) -> String {
         format!(
             "torch-{}-{}",
             self.script.trim_end_matches(".py"),
@@ -62,7 +62,7 @@ impl Case<'_> {
     }
 }
 
-fn num(v: &Value, key: &str) -> f64 {
+pub(crate) fn num(v: &Value, key: &str) -> f64 {
     v[key]
         .as_f64()
         .unwrap_or_else(|| panic!("dataloader.json has no number {key}: {v}"))
@@ -110,7 +110,7 @@ fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
 
 /// The workload's lines once one of its GT lines is past `t_ns` (it
 /// prints one every 0.1 s).
-fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
+pub(crate) fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
     let t0 = std::time::Instant::now();
     loop {
         let lines = w.snapshot_lines();
@@ -162,7 +162,7 @@ pub(crate) fn check_all(case: &Case) -> Checked {
 /// the probe's `stdout` with the loop's own counts over the same window;
 /// `lines(t)`: the workload's lines once they cover the instant t.
 /// Returns what was checked.
-fn agrees_with_loop(
+pub(crate) fn agrees_with_loop(
     case: &Case,
     dir: &Path,
     stdout: &str,

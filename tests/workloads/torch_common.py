@@ -25,6 +25,10 @@ Ground-truth protocol on stdout (one line each, flushed), parsed by groundtruth.
           opens them with open_counted (torch_image does): once when a worker starts, then after
           every item it got
     CHECKSUM crc=<hex> root=<n>                                 with --checksum
+    VAL epoch=<k> wall_ns=<ns>                                  with --val-samples, as each
+          validation pass starts (after a GT line; another follows it); GT lines add
+          val_root=<batches> val_ns=<ns>: the passes' batches and time, in neither root nor
+          stall_ns
     DONE root=<n>                                               last line
 
 root counts batches the loop took from the DataLoader, elems the samples in them (the sum of
@@ -134,6 +138,10 @@ def make_parser(module):
                         "(the step, and the transforms when num_workers=0) spin in OpenMP "
                         "barriers while workers hold the cores: on 2 busy cores torch_image at "
                         "num_workers=0 ran at 0.6 instead of ~10 batches/s")
+    p.add_argument("--val-samples", type=int, default=0,
+                   help="after each epoch, a validation pass over a second DataLoader (a new "
+                        "dataset of this many samples, the same workers, not persistent) in a "
+                        "`for` loop; its batches and time are not the GT's (val_root=, val_ns=)")
     add = getattr(module, "add_args", None)
     if add is not None:
         add(p)
@@ -144,6 +152,8 @@ def parse_args(module, argv=None):
     a = make_parser(module).parse_args(argv)
     if a.epoch_samples <= 0:
         raise SystemExit("--epoch-samples must be positive")
+    if a.val_samples and a.stall_detail:
+        raise SystemExit("--stall-detail does not leave out --val-samples' passes")
     if a.batch_size <= 0 or a.num_workers < 0:
         raise SystemExit("--batch-size must be positive and --num-workers non-negative")
     return a
@@ -385,7 +395,7 @@ def _leading_dim(batch):
     raise ValueError("batch has no tensor with a leading dimension")
 
 
-def make_loader(dataset, args):
+def make_loader(dataset, args, shuffle=True):
     import torch
     from torch.utils.data import DataLoader, IterableDataset
 
@@ -396,7 +406,7 @@ def make_loader(dataset, args):
     kw = dict(batch_size=args.batch_size, num_workers=args.num_workers,
               pin_memory=args.pin_memory, generator=g)
     if not isinstance(dataset, IterableDataset):
-        kw["shuffle"] = True
+        kw["shuffle"] = shuffle
     if args.num_workers > 0:
         kw.update(worker_init_fn=worker_init, prefetch_factor=args.prefetch_factor,
                   persistent_workers=args.persistent_workers,
@@ -426,8 +436,27 @@ def run(module, args):
     prefetch = (args.prefetch_factor if args.prefetch_factor is not None else 2) if nw else "none"
 
     st = {"it": None, "epoch": 0, "stall": 0, "stall_cpu": 0, "stall_runq": 0, "pids": None,
-          "started": False}
+          "started": False, "val_ns": 0, "val_root": 0, "root": 0, "elems": 0}
     truth = args.stall_detail
+    val_loader = None
+    if args.val_samples > 0:
+        vargs = argparse.Namespace(**vars(args))
+        vargs.epoch_samples = args.val_samples
+        vargs.persistent_workers = False
+        # In order, as a validation loader is.
+        val_loader = make_loader(module.build(vargs), vargs, shuffle=False)
+
+    def validate():
+        """One pass over the validation loader, between two GT lines: its batches and time
+        (val_root, val_ns) are neither root nor stall_ns."""
+        gt(time.time_ns(), st["root"], st["elems"])
+        _emit(f"VAL epoch={st['epoch']} wall_ns={time.time_ns()}")
+        t = time.perf_counter_ns()
+        with _Blocked():
+            for _ in val_loader:
+                st["val_root"] += 1
+        st["val_ns"] += time.perf_counter_ns() - t
+        gt(time.time_ns(), st["root"], st["elems"])
 
     def next_batch():
         t = time.perf_counter_ns()
@@ -452,6 +481,10 @@ def run(module, args):
                         st["started"] = False
                     else:
                         raise RuntimeError("an epoch yielded no batch")
+                    if val_loader is not None:
+                        st["stall"] += time.perf_counter_ns() - t
+                        validate()
+                        t = time.perf_counter_ns()
         finally:
             st["stall"] += time.perf_counter_ns() - t
             if truth:
@@ -462,6 +495,8 @@ def run(module, args):
 
     def gt(now, root, elems):
         extra = f" {fields()}" if fields else ""
+        if val_loader is not None:
+            extra += f" val_ns={st['val_ns']} val_root={st['val_root']}"
         if truth:
             extra += f" stall_cpu_ns={st['stall_cpu']} stall_runq_ns={st['stall_runq']}"
         _emit(f"GT wall_ns={now} root={root} elems={elems} stall_ns={st['stall']} "
@@ -484,6 +519,7 @@ def run(module, args):
         return 0
     st["started"] = True
     root, elems = 1, _leading_dim(x)
+    st["root"], st["elems"] = root, elems
     crc = _batch_crc(x, 0) if args.checksum else None
     if step is not None:
         step.run()
@@ -507,6 +543,7 @@ def run(module, args):
         st["started"] = True
         root += 1
         elems += _leading_dim(x)
+        st["root"], st["elems"] = root, elems
         if crc is not None:
             crc = _batch_crc(x, crc)
         if step is not None:

@@ -384,6 +384,12 @@ impl Objects {
         Ok(None)
     }
 
+    /// The first local of the frame at `frame` (a `PyFrameObject` on 3.9
+    /// and 3.10, an `_PyInterpreterFrame` from 3.11): a method's `self`.
+    pub fn first_local(&self, frame: u64) -> Result<u64, ObjError> {
+        Ok(self.mem.u64(frame.wrapping_add(self.lay.f_locals))?)
+    }
+
     /// `len` bytes at `addr` of the target.
     pub fn bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, ObjError> {
         let mut b = vec![0u8; len];

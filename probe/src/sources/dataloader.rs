@@ -192,6 +192,7 @@ impl<'obj> DataLoaderSource<'obj> {
             mono_ns,
             wall_ns,
             torch_version: self.torch.version.clone(),
+            dataset_type: st.dataset_type.clone(),
             num_workers: st.num_workers,
             prefetch_factor: st.prefetch_factor,
             pin_memory: st.pin_memory,
@@ -374,6 +375,7 @@ pub fn stage_key(s: Stage) -> &'static str {
         Stage::Send => "send",
         Stage::Idle => "idle",
         Stage::PinMemory => "pin_memory",
+        Stage::OtherLoader => "other_loader",
         Stage::Other => "other",
     }
 }

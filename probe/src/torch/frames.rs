@@ -137,6 +137,9 @@ pub struct Stack {
     /// Its kernel id; 0 when not known (see `crate::torch::gil`).
     pub tid: i32,
     pub frames: Vec<Named>,
+    /// Each frame's address, as `frames` (the `self` of a loader call is
+    /// read from its frame: which loader the loop is in).
+    pub addrs: Vec<u64>,
     /// The walk reached the outermost frame and named every frame on the
     /// way. The thread runs while it is read: a frame popped meanwhile can
     /// end the walk early, and a partial stack would say the wrong stage.
@@ -198,12 +201,13 @@ impl Frames {
         let blocks = self.preload(&tops);
         let mut out = Vec::with_capacity(heads.len());
         for ((head, top), block) in heads.iter().zip(tops).zip(blocks) {
-            let (frames, complete) = self.walk(top, block);
+            let (frames, addrs, complete) = self.walk(top, block);
             let thread_id = word_at(head, o.ts_thread_id as usize);
             out.push(Stack {
                 thread_id,
                 tid: self.tid_of(head, thread_id),
                 frames,
+                addrs,
                 complete,
             });
         }
@@ -389,11 +393,13 @@ impl Frames {
             .collect()
     }
 
-    /// The frames from `f` (the innermost) outward, outermost first, and
-    /// whether the walk was complete; `block`: pages read already.
-    fn walk(&mut self, mut f: u64, mut block: Block) -> (Vec<Named>, bool) {
+    /// The frames from `f` (the innermost) outward, outermost first, their
+    /// addresses, and whether the walk was complete; `block`: pages read
+    /// already.
+    fn walk(&mut self, mut f: u64, mut block: Block) -> (Vec<Named>, Vec<u64>, bool) {
         let o = self.off;
         let mut frames = Vec::new();
+        let mut addrs = Vec::new();
         let mut complete = true;
         for _ in 0..2 * MAX_FRAMES {
             if f == 0 {
@@ -416,7 +422,10 @@ impl Frames {
             let prev = word_at(buf, o.f_previous as usize);
             if owner != Some(OWNED_BY_CSTACK) {
                 match self.name(code) {
-                    Some(n) => frames.push(n),
+                    Some(n) => {
+                        frames.push(n);
+                        addrs.push(f);
+                    }
                     None => {
                         self.bad_frames += 1;
                         complete = false;
@@ -426,12 +435,13 @@ impl Frames {
             f = prev;
         }
         frames.reverse();
+        addrs.reverse();
         // No frame at all is a thread caught between two (its frame
         // pointer read as 0 or stale while an eval loop was entered or
         // left), not a thread at rest: said as a stage it would be the
         // training step (2.4% of a fast loop's window in one e2e run).
         let complete = complete && f == 0 && !frames.is_empty();
-        (frames, complete)
+        (frames, addrs, complete)
     }
 
     fn name(&mut self, code: u64) -> Option<Named> {

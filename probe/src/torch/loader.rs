@@ -12,8 +12,9 @@ use anyhow::{Context, Result};
 use tracing::debug;
 
 use super::count::Count;
+use super::owner::{self, dataset_of, Owners};
 use super::sampler::{LoaderReader, LoaderState};
-use crate::python::{Objects, PyProcess, PyValue};
+use crate::python::{Found, Objects, PyProcess, PyValue};
 
 /// The iterator classes of torch.utils.data.dataloader.
 const ITER_TYPES: &[&str] = &[
@@ -45,6 +46,8 @@ pub struct IterReader {
     /// it is the same object: an attribute looked up by name costs a read
     /// of every key before it, hundreds of reads for the whole state.
     known: Option<Known>,
+    /// The loader followed among the job's loaders.
+    owners: Owners,
 }
 
 /// The cached slots, valid while the iterator is `ident`.
@@ -86,14 +89,27 @@ impl LoaderState {
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
 pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
     let objs = Objects::new(py).context("reading the training process's Python objects")?;
+    // Of a training and a validation loader, the training one, though the
+    // loop may be in the other's pass now: its iterator is then awaited.
+    let training = match owner::training_dataset(&objs) {
+        Ok(t) => t,
+        Err(e) => {
+            debug!("looking for the job's DataLoaders: {e}");
+            return Ok(None);
+        }
+    };
     let Some(Located {
         iter,
         iter_type,
         holder,
-    }) = locate(&objs, None)
+    }) = locate(&objs, None, training)
     else {
         return Ok(None);
     };
+    let mut owners = Owners::default();
+    if let Some(d) = training {
+        owners.follow(d);
+    }
     Ok(Some(IterReader {
         objs,
         iter,
@@ -103,6 +119,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         slots: None,
         looked_at: None,
         known: None,
+        owners,
     }))
 }
 
@@ -116,19 +133,24 @@ struct Located {
 
 /// The iterator the frames hold, with its type object: the first found
 /// other than `stale` (one that stopped counting: an epoch's old iterator
-/// and the next one can both be alive), else `stale` itself.
-fn locate(objs: &Objects, stale: Option<u64>) -> Option<Located> {
-    let found = match objs.find_on_frames_until(ITER_TYPES, |f| Some(f.addr) != stale) {
+/// and the next one can both be alive), else `stale` itself. Once a loader
+/// is followed (`dataset`), only its iterators: another loader's (a
+/// validation loop's) is not the next epoch of this one.
+fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Located> {
+    let wanted = |f: &Found| {
+        Some(f.addr) != stale && dataset.is_none_or(|d| dataset_of(objs, f.addr) == Some(d))
+    };
+    let found = match objs.find_on_frames_until(ITER_TYPES, wanted) {
         Ok(f) => f,
         Err(e) => {
             debug!("looking for the DataLoader iterator: {e}");
             return None;
         }
     };
-    let f = found
-        .iter()
-        .find(|f| Some(f.addr) != stale)
-        .or_else(|| found.first())?;
+    let f = found.iter().find(|f| wanted(f)).or_else(|| match dataset {
+        None => found.first(),
+        Some(_) => found.iter().find(|f| Some(f.addr) == stale),
+    })?;
     let ty = objs.type_of(f.addr).ok()?;
     debug!(addr = f.addr, via = %f.via, function = %f.function, thread = f.thread_id, "DataLoader iterator");
     Some(Located {
@@ -371,6 +393,19 @@ impl IterReader {
 }
 
 impl LoaderReader for IterReader {
+    fn serves(&mut self, frame: u64) -> Option<bool> {
+        let obj = self.objs.first_local(frame).ok()?;
+        if obj == self.iter {
+            // Checked at every count read.
+            return Some(true);
+        }
+        self.owners.serves(&self.objs, obj)
+    }
+
+    fn another_loader_began(&mut self) -> bool {
+        self.owners.take_news()
+    }
+
     fn yielded(&mut self) -> Option<Count> {
         let Some((yielded, sent)) = self.counts_fast() else {
             tracing::trace!(iter = self.iter, "no batch count through the cached slots");
@@ -398,7 +433,17 @@ impl LoaderReader for IterReader {
             self.looked_at = now;
         }
         if looked {
-            if let Some(l) = locate(&self.objs, alive.then_some(self.iter)) {
+            let followed = self.owners.dataset();
+            let mut found = locate(&self.objs, alive.then_some(self.iter), followed);
+            if found.is_none()
+                && !alive
+                && followed.is_some_and(|d| !owner::held(&self.objs, d, ITER_TYPES))
+            {
+                debug!("the DataLoader followed is gone: following the one running now");
+                self.owners.forget();
+                found = locate(&self.objs, None, None);
+            }
+            if let Some(l) = found {
                 self.iter = l.iter;
                 self.iter_type = l.iter_type;
                 self.holder = l.holder;
@@ -463,8 +508,8 @@ impl LoaderReader for IterReader {
 impl IterReader {
     /// The settings and workers of the iterator, its attributes looked
     /// up by name in one pass.
-    fn read_state(&self) -> Option<LoaderState> {
-        const NAMES: [&str; 7] = [
+    fn read_state(&mut self) -> Option<LoaderState> {
+        const NAMES: [&str; 8] = [
             "_num_workers",
             "_prefetch_factor",
             "_pin_memory",
@@ -472,6 +517,7 @@ impl IterReader {
             "_index_sampler",
             "_workers",
             "_dataset_kind",
+            "_dataset",
         ];
         let found = self.objs.attr_slots(self.iter, &NAMES).ok()?;
         let value = |i: usize| self.objs.word(found[i]?.0).ok();
@@ -481,8 +527,10 @@ impl IterReader {
             let at = self.objs.follow(value(4)?, attr).ok()?;
             self.int_of(at)
         };
-        Some(LoaderState {
+        let dataset = value(7);
+        let state = LoaderState {
             iter: self.iter,
+            dataset_type: dataset.and_then(|d| self.objs.type_name(d).ok()),
             num_yielded: 0,
             sent: None,
             held_by: None,
@@ -495,7 +543,11 @@ impl IterReader {
             tasks_outstanding: None,
             workers: value(5).map(|l| self.workers(l)).unwrap_or_default(),
             map_style: int(6) == Some(0),
-        })
+        };
+        if let Some(d) = dataset {
+            self.owners.follow(d);
+        }
+        Some(state)
     }
 }
 

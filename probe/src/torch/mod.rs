@@ -13,10 +13,12 @@ pub mod count;
 pub mod frames;
 pub mod gil;
 pub mod loader;
+mod owner;
 pub mod pace;
 pub mod sampler;
 pub mod spans;
 pub mod stage;
+mod worker_ticks;
 
 use std::fs;
 

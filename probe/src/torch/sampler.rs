@@ -27,7 +27,8 @@ use super::frames::{Frames, Named, SharedNames, Stack};
 use super::gil::Wait;
 use super::pace::{self, Jitter, COUNTS_PER_TICK, SLOWED};
 use super::spans::{Role, Seen, StageSpans};
-use super::stage::{classify, is_sharer, sharing_strategy, Frame, Stage};
+use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
+use super::worker_ticks::{wait_of, worker_stages, WorkerThread};
 use crate::clock::now_ns;
 use crate::cost::Thin;
 use crate::python::PyProcess;
@@ -38,6 +39,9 @@ pub struct LoaderState {
     /// The iterator object (a new one per epoch without persistent
     /// workers).
     pub iter: u64,
+    /// The type of the loader's dataset (`ImageFolder`): which of the
+    /// job's loaders is followed.
+    pub dataset_type: Option<String>,
     pub num_yielded: u64,
     /// `_send_idx` of a map-style iterator with workers.
     pub sent: Option<u64>,
@@ -65,6 +69,17 @@ pub trait LoaderReader: Send {
     fn yielded(&mut self) -> Option<Count>;
     /// Everything (about once a second).
     fn state(&mut self) -> Option<LoaderState>;
+    /// Whether the loader call whose frame is at `frame` (the loop's
+    /// outermost in dataloader.py) is the followed loader's; None when
+    /// that cannot be told.
+    fn serves(&mut self, _frame: u64) -> Option<bool> {
+        None
+    }
+    /// Whether `serves` told a loader object of another loader for the
+    /// first time since the last call.
+    fn another_loader_began(&mut self) -> bool {
+        false
+    }
 }
 
 /// Wall time per stage of one thread role, ns.
@@ -188,6 +203,7 @@ impl StageSampler {
             forked_names: SharedNames::default(),
             reader,
             loop_thread: None,
+            loop_stage: None,
             last_loop_ns: 0,
             recorder: Recorder::default(),
             shared: shared.clone(),
@@ -270,6 +286,8 @@ struct Run {
     forked_names: SharedNames,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
+    /// The loop's stage at its last read.
+    loop_stage: Option<Stage>,
     /// When the training loop's stage was last read (a tick or a count
     /// read between two), CLOCK_MONOTONIC ns.
     last_loop_ns: u64,
@@ -291,6 +309,8 @@ const LOOP_READS_PER_PERIOD: u32 = COUNTS_PER_TICK;
 const STATE_EVERY: Duration = Duration::from_millis(500);
 /// Between two full reads while the iterator is lost.
 const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
+/// Between two full reads while the loop is in another loader's calls.
+const STATE_ELSEWHERE: Duration = Duration::from_secs(2);
 
 impl Run {
     fn run(&mut self, stop: &AtomicBool) {
@@ -318,7 +338,18 @@ impl Run {
             // A full read every STATE_EVERY, and soon after the iterator
             // was lost (an epoch ended: the next one's is to be found).
             let due = |every| last_state.is_none_or(|t| now.duration_since(t) >= every);
-            let state = if due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS)) {
+            // While the loop is in another loader's pass (validation), this
+            // one's iterator is gone until the pass ends: a look through
+            // the frames for it (thousands of reads) as the other loader
+            // is first seen, then every STATE_ELSEWHERE, not every 100 ms
+            // of a pass that may last minutes. The look also tells a
+            // loader the job made anew to replace this one
+            // (`IterReader::state`).
+            let began = self.reader.another_loader_began();
+            let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
+            let state = if elsewhere && !began && !due(STATE_ELSEWHERE) {
+                None
+            } else if due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS)) {
                 last_state = Some(now);
                 self.reader.state()
             } else {
@@ -431,6 +462,7 @@ impl Run {
         }
         let dt = now.saturating_sub(start);
         self.last_loop_ns = now;
+        self.loop_stage = loop_stage.or(self.loop_stage);
         if let Ok(mut o) = self.shared.lock() {
             add_loop(&mut o, loop_stage, dt);
         }
@@ -577,6 +609,7 @@ impl Run {
         let loop_dt = end_ns.saturating_sub(self.last_loop_ns);
         self.last_loop_ns = end_ns;
         add_loop(&mut o, loop_stage, loop_dt);
+        self.loop_stage = loop_stage.or(self.loop_stage);
         // Building a batch itself, after this tick's count read: the loop
         // will yield it, though the epoch may end before the next read.
         // Not when that read found no iterator: the epoch it read last may
@@ -642,8 +675,24 @@ impl Run {
         }
         let loop_stage = self
             .loop_thread
-            .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st));
+            .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st))
+            .map(|st| self.which_loader(st, stacks));
         (loop_stage, pin)
+    }
+
+    /// The loop's stage `st`, or [`Stage::OtherLoader`] when its call into
+    /// dataloader.py is another loader's than the one followed.
+    fn which_loader(&mut self, st: Stage, stacks: &[Stack]) -> Stage {
+        if st == Stage::Other {
+            return st;
+        }
+        let frame = self
+            .loop_stack(stacks)
+            .and_then(|s| s.addrs.get(loader_entry(&s.frames)?).copied());
+        match frame.and_then(|f| self.reader.serves(f)) {
+            Some(false) => Stage::OtherLoader,
+            _ => st,
+        }
     }
 }
 
@@ -653,16 +702,6 @@ fn add_loop(o: &mut Observed, stage: Option<Stage>, dt: u64) {
         Some(s) => *o.training.entry(s).or_default() += dt,
         None => o.training_unknown_ns += dt,
     }
-}
-
-/// What the thread of `s`, in `stage`, waits for. A thread idle between
-/// batches is not asked (its waits are no stage's, and most threads of
-/// an idle worker are idle).
-fn wait_of(frames: &Frames, stage: Stage, s: &Stack) -> Option<Wait> {
-    if stage == Stage::Idle {
-        return Some(Wait::Not);
-    }
-    frames.wait(s)
 }
 
 /// Counts a thread's tick as told or not; what it waited for.
@@ -701,77 +740,6 @@ fn is_pin_thread(s: &Stack) -> bool {
         .any(|f| Frame::name(f) == "_pin_memory_loop")
 }
 
-/// Which thread of a worker a stage is of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WorkerThread {
-    /// Its main thread, in `_worker_loop`.
-    Loop,
-    /// Its result queue's feeder.
-    Feeder,
-    /// Its resource-sharer thread.
-    Sharer,
-}
-
-/// A worker's thread in a stage at a tick, and whether it waited for the
-/// worker's GIL (None: not told).
-struct WorkerTick<'s> {
-    stage: Stage,
-    thread: WorkerThread,
-    stack: &'s Stack,
-    wait: Option<Wait>,
-}
-
-/// A worker's stages this tick: its main thread's (the one in
-/// `_worker_loop`), and Send while its result queue's feeder or its
-/// resource sharer is busy.
-fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<WorkerTick<'s>> {
-    let mut out = Vec::with_capacity(2);
-    for s in stacks.iter().filter(|s| s.complete) {
-        let stage = classify(&s.frames);
-        let thread = if s.frames.iter().any(|f| Frame::name(f) == "_worker_loop") {
-            WorkerThread::Loop
-        } else if is_sharer(&s.frames) {
-            WorkerThread::Sharer
-        } else if stage == Stage::Send {
-            WorkerThread::Feeder
-        } else {
-            continue;
-        };
-        let Some((stage, wait)) = worker_wait(frames, thread, stage, s) else {
-            continue;
-        };
-        out.push(WorkerTick {
-            stage,
-            thread,
-            stack: s,
-            wait,
-        });
-    }
-    out
-}
-
-/// A worker thread's stage this tick and what it waits for; None when
-/// its tick is no stage's. A resource sharer back from `accept` that
-/// waits for the GIL is busy (it has a connection to serve) and counts
-/// in Send; idle otherwise, it is not counted. A free GIL has no waiter
-/// to speak of: the kernel is asked for an idle sharer only while
-/// another thread holds it.
-fn worker_wait(
-    frames: &Frames,
-    thread: WorkerThread,
-    stage: Stage,
-    s: &Stack,
-) -> Option<(Stage, Option<Wait>)> {
-    if thread != WorkerThread::Sharer || stage != Stage::Idle {
-        return Some((stage, wait_of(frames, stage, s)));
-    }
-    if frames.gil_held() != Some(true) {
-        return None;
-    }
-    let wait = frames.wait(s);
-    (wait == Some(Wait::Gil)).then_some((Stage::Send, wait))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,6 +753,7 @@ mod tests {
                 .iter()
                 .map(|f| (Arc::from(*f), Arc::from(pin)))
                 .collect(),
+            addrs: vec![0; frames.len()],
             complete: true,
         }
     }

@@ -32,6 +32,9 @@ pub enum Stage {
     Idle,
     /// The pin-memory thread copies a batch.
     PinMemory,
+    /// The training loop inside another DataLoader's calls than the one
+    /// followed (a validation loader's): not this loader's stall.
+    OtherLoader,
     /// Anything else: the training step, in the training process.
     Other,
 }
@@ -164,6 +167,12 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
     Stage::Other
 }
 
+/// The outermost of `frames` in torch/utils/data/dataloader.py: the loop's
+/// call into a loader, whose `self` says which loader.
+pub fn loader_entry<F: Frame>(frames: &[F]) -> Option<usize> {
+    frames.iter().position(is_dataloader)
+}
+
 /// The training loop inside the loader's `next()` or `iter()`.
 fn loader_call<F: Frame>(frames: &[F]) -> Stage {
     // Workers being started (the iterator's constructor, under
@@ -219,6 +228,7 @@ impl Stage {
             Stage::Send => "send",
             Stage::Idle => "idle",
             Stage::PinMemory => "pin memory",
+            Stage::OtherLoader => "other DataLoaders",
             Stage::Other => "training step",
         }
     }
@@ -366,6 +376,19 @@ mod tests {
         ];
         assert_eq!(st(&pinning), Stage::PinMemory);
         assert!(Stage::PinMemory.stalls());
+    }
+
+    #[test]
+    fn a_loader_call_starts_at_its_outermost_dataloader_frame() {
+        let next = st_frames(&[
+            ("<module>", "train.py"),
+            ("validate", "train.py"),
+            ("__next__", DL),
+            ("_next_data", DL),
+            ("fetch", FETCH),
+        ]);
+        assert_eq!(loader_entry(&next), Some(2));
+        assert_eq!(loader_entry(&next[..2]), None);
     }
 
     #[test]

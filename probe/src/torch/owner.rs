@@ -1,0 +1,183 @@
+//! Which DataLoader the training loop is in. A job iterates more than one
+//! loader: the training one, and a validation one after each epoch (the
+//! usual shape of a training script). The recording follows one, the
+//! first found, known by its dataset object; the loop's time inside
+//! another loader's calls is a stage of its own
+//! ([`Stage::OtherLoader`](super::stage::Stage::OtherLoader)), not this
+//! loader's stall, and another loader's iterator is never taken for this
+//! one's next epoch. The `self` of the loop's outermost frame in
+//! dataloader.py says which: an iterator (`__next__`, `__del__`) holds the
+//! dataset as `_dataset`, a DataLoader (`__iter__`) as `dataset`.
+//!
+//! Which loader is the training one: where the frames hold several
+//! DataLoaders (`train_loader`, `val_loader` in a function's locals or a
+//! trainer's attributes), the one whose sampler shuffles, when exactly one
+//! does (a validation loader keeps its order). Attached while the loop
+//! is in a validation pass, the recording then waits for the training
+//! loader's next epoch instead of following the validation loader.
+//! Otherwise the first loader whose iterator is found is followed.
+
+use std::collections::HashMap;
+
+use tracing::debug;
+
+use crate::python::{ObjError, Objects};
+
+/// Objects looked up kept at most (a loader or two, an iterator an epoch).
+const MAX_KNOWN: usize = 64;
+/// Looks through the frames for the job's DataLoaders.
+const LOOKS: usize = 3;
+
+/// The loader followed, and the objects of loader frames already told.
+#[derive(Default)]
+pub(super) struct Owners {
+    /// The followed loader's dataset object.
+    dataset: Option<u64>,
+    /// By object address: where it keeps its dataset (the slot of the
+    /// value's pointer) and the dataset seen there. A freed iterator's
+    /// address is soon another's (an epoch's iterator of the other
+    /// loader): the slot is read again at every check, and a value that
+    /// changed is looked up anew.
+    known: HashMap<u64, (u64, u64)>,
+    /// A loader object not the followed one's was told since the last
+    /// `take_news`: a pass of another loader began, or a loader the job
+    /// made anew took the followed one's place.
+    news: bool,
+}
+
+impl Owners {
+    /// The followed loader's dataset, once known.
+    pub(super) fn dataset(&self) -> Option<u64> {
+        self.dataset
+    }
+
+    /// Follows the loader of `dataset` from now on, if none is followed
+    /// yet (the first loader found stays the one followed).
+    pub(super) fn follow(&mut self, dataset: u64) {
+        if self.dataset.is_none() {
+            self.dataset = Some(dataset);
+        }
+    }
+
+    /// Follows no loader until the next one found: the one followed is
+    /// gone.
+    pub(super) fn forget(&mut self) {
+        self.dataset = None;
+    }
+
+    /// Whether another loader's object was first told since the last
+    /// call.
+    pub(super) fn take_news(&mut self) -> bool {
+        std::mem::take(&mut self.news)
+    }
+
+    /// Whether the loader object `obj` (an iterator or a DataLoader) serves
+    /// the followed loader; None when that cannot be told (nothing
+    /// followed yet, or `obj` unreadable). One read when `obj` was told
+    /// before and its dataset is still the one seen then.
+    pub(super) fn serves(&mut self, objs: &Objects, obj: u64) -> Option<bool> {
+        let want = self.dataset?;
+        if let Some(&(slot, seen)) = self.known.get(&obj) {
+            if objs.word(slot).ok() == Some(seen) {
+                return Some(seen == want);
+            }
+        }
+        objs.type_of(obj).ok()?;
+        let slot = ["_dataset", "dataset"]
+            .into_iter()
+            .find_map(|name| objs.attr_slot(obj, name).ok().flatten())?
+            .0;
+        let seen = objs.word(slot).ok()?;
+        if self.known.len() >= MAX_KNOWN {
+            self.known.clear();
+        }
+        self.known.insert(obj, (slot, seen));
+        self.news |= seen != want;
+        Some(seen == want)
+    }
+}
+
+/// The dataset of the training loader among the DataLoaders the frames
+/// hold: the one whose sampler shuffles, when there are several loaders
+/// and exactly one shuffles; `Ok(None)`: one loader, or no way to tell.
+/// An error when the frames could not be looked through: the frames are
+/// read while they run, and a loop in a fast validation pass changes them
+/// faster than a slow look reads them. The caller looks again later
+/// rather than follow the loader running now, which may be the
+/// validation one.
+pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> {
+    // What a few looks found together: a look can also end early without
+    // an error (a frame popped while it was read ends the walk there),
+    // and then miss the outer frames that hold the loaders (1 look in ~10
+    // in the e2e test found none). Only until the loader is found.
+    let mut loaders = Vec::new();
+    let mut failed = None;
+    for _ in 0..LOOKS {
+        match objs.find_on_frames(&["DataLoader"]) {
+            Ok(found) => loaders.extend(found),
+            Err(e) => failed = Some(e),
+        }
+    }
+    if let (true, Some(e)) = (loaders.is_empty(), failed) {
+        return Err(e);
+    }
+    let mut datasets: Vec<(u64, Option<bool>)> = Vec::new();
+    for l in &loaders {
+        let Some(d) = dataset_of(objs, l.addr) else {
+            continue;
+        };
+        if !datasets.iter().any(|(x, _)| *x == d) {
+            datasets.push((d, shuffles(objs, l.addr)));
+        }
+    }
+    debug!(
+        ?datasets,
+        found = loaders.len(),
+        "the DataLoaders the frames hold"
+    );
+    let mut shuffled = datasets.iter().filter(|(_, s)| *s == Some(true));
+    Ok(match (datasets.len(), shuffled.next(), shuffled.next()) {
+        (2.., Some(&(d, _)), None) => Some(d),
+        _ => None,
+    })
+}
+
+/// Whether a DataLoader's sampler shuffles: torch's random samplers, a
+/// `DistributedSampler` with `shuffle`; not its sequential one nor an
+/// iterable dataset's. None for a sampler of the user's own.
+fn shuffles(objs: &Objects, loader: u64) -> Option<bool> {
+    let sampler = objs.attr(loader, "sampler").ok()??;
+    match objs.type_name(sampler).ok()?.as_str() {
+        "RandomSampler" | "SubsetRandomSampler" | "WeightedRandomSampler" => Some(true),
+        "SequentialSampler" | "_InfiniteConstantSampler" => Some(false),
+        "DistributedSampler" => match objs.value(objs.attr(sampler, "shuffle").ok()??).ok()? {
+            crate::python::PyValue::Bool(b) => Some(b),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether the frames still hold a DataLoader or an iterator of
+/// `dataset`: a loader the job made anew each epoch, with a new dataset,
+/// leaves the old one to be freed, and the new one is followed instead.
+/// True when the frames cannot be looked through (nothing is changed on
+/// a failed look).
+pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
+    let mut types = vec!["DataLoader"];
+    types.extend_from_slice(iter_types);
+    match objs.find_on_frames(&types) {
+        Ok(found) => found
+            .iter()
+            .any(|f| dataset_of(objs, f.addr) == Some(dataset)),
+        Err(_) => true,
+    }
+}
+
+/// The dataset object of a loader's iterator (`_dataset`) or of a
+/// DataLoader (`dataset`).
+pub(super) fn dataset_of(objs: &Objects, obj: u64) -> Option<u64> {
+    ["_dataset", "dataset"]
+        .into_iter()
+        .find_map(|name| objs.attr(obj, name).ok().flatten())
+}

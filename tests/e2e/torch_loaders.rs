@@ -1,0 +1,70 @@
+//! A job with two DataLoaders: a validation pass over a second loader
+//! (in order, its own workers, not persistent) after every training
+//! epoch, as training scripts do. The recording follows the training
+//! loader, also when it attaches in the middle of a validation pass, and
+//! says the loop's time in the other apart, not as this loader's stall.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{record_out, tempdir, torch_python, Workload};
+use crate::torch::{agrees_with_loop, lines_past, num, Case, BUDGET, EPOCH_SAMPLES};
+
+#[test]
+fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
+    // Validation takes about as long as an epoch's training (2,048
+    // samples in order against 1,024 shuffled), so that the probe, started
+    // as a pass begins, attaches in the middle of it.
+    let case = Case {
+        script: "torch_pyxform.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--val-samples",
+            "2048",
+        ],
+        seconds: 8.0,
+    };
+    let mut args = vec!["--seconds", "600", "--epoch-samples", EPOCH_SAMPLES];
+    args.extend_from_slice(case.args);
+    let w = Workload::start_in(&[], &torch_python(), case.script, &args);
+    let passes = |w: &Workload| {
+        w.snapshot_lines()
+            .iter()
+            .filter(|l| l.starts_with("VAL "))
+            .count()
+    };
+    let (before, t0) = (passes(&w), Instant::now());
+    while passes(&w) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no validation pass began"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dir = tempdir(&case.tag());
+    let out = record_out(&w, case.seconds, &dir, &BUDGET);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Batches, samples and the stall of the training loader alone.
+    let c = agrees_with_loop(&case, &dir, &stdout, |t1| lines_past(&w, t1));
+    let who = case.who();
+    let window = (num(&c.d, "end_wall_ns") - num(&c.d, "start_wall_ns")) / 1e9;
+    assert!(
+        c.gt("val_root") > 0.0,
+        "{who}: no validation batch in the window"
+    );
+    let other = c.d["training"]["other_loader"].as_f64().unwrap_or(0.0);
+    let want = c.gt("val_ns") / 1e9 / window;
+    eprintln!("{who}: in the other loader {other:.3} vs the loop's {want:.3}");
+    assert!(
+        (other - want).abs() <= 0.05,
+        "{who}: {:.1}% of the loop's time in the other DataLoader, the loop measured {:.1}%\n{stdout}",
+        100.0 * other,
+        100.0 * want
+    );
+    assert!(
+        stdout.contains("in other DataLoaders"),
+        "{who}: the summary does not say the other loader's share:\n{stdout}"
+    );
+}
