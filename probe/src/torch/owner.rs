@@ -27,6 +27,16 @@ use crate::python::{ObjError, Objects};
 const MAX_KNOWN: usize = 64;
 /// Looks through the frames for the job's DataLoaders.
 const LOOKS: usize = 3;
+/// DataLoader classes known by their type names: torch's, and subclasses
+/// that wrap one (timm's `MultiEpochsDataLoader`, torchdata's
+/// `StatefulDataLoader`, accelerate's `DataLoaderShard`). Another
+/// subclass is not seen as a loader; its iterators are.
+const LOADER_TYPES: &[&str] = &[
+    "DataLoader",
+    "MultiEpochsDataLoader",
+    "StatefulDataLoader",
+    "DataLoaderShard",
+];
 
 /// The loader followed, and the objects of loader frames already told.
 #[derive(Default)]
@@ -113,7 +123,7 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     let mut loaders = Vec::new();
     let mut failed = None;
     for _ in 0..LOOKS {
-        match objs.find_on_frames(&["DataLoader"]) {
+        match objs.find_on_frames(LOADER_TYPES) {
             Ok(found) => loaders.extend(found),
             Err(e) => failed = Some(e),
         }
@@ -161,17 +171,19 @@ fn shuffles(objs: &Objects, loader: u64) -> Option<bool> {
 /// Whether the frames still hold a DataLoader or an iterator of
 /// `dataset`: a loader the job made anew each epoch, with a new dataset,
 /// leaves the old one to be freed, and the new one is followed instead.
-/// True when the frames cannot be looked through (nothing is changed on
-/// a failed look).
+/// Gone only when `LOOKS` looks all went through without finding it (a
+/// look can end early without an error, see `training_dataset`: one
+/// that missed the training loader during a validation pass would have
+/// the validation loader followed); held when a look fails.
 pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
-    let mut types = vec!["DataLoader"];
+    let mut types = LOADER_TYPES.to_vec();
     types.extend_from_slice(iter_types);
-    match objs.find_on_frames(&types) {
+    (0..LOOKS).any(|_| match objs.find_on_frames(&types) {
         Ok(found) => found
             .iter()
             .any(|f| dataset_of(objs, f.addr) == Some(dataset)),
         Err(_) => true,
-    }
+    })
 }
 
 /// The dataset object of a loader's iterator (`_dataset`) or of a
