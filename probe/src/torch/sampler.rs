@@ -345,11 +345,15 @@ impl Run {
             // of a pass that may last minutes. The look also tells a
             // loader the job made anew to replace this one
             // (`IterReader::state`).
-            let began = self.reader.another_loader_began();
             let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
-            let state = if elsewhere && !began && !due(STATE_ELSEWHERE) {
-                None
-            } else if due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS)) {
+            let read = if elsewhere {
+                // Another loader first seen forces a look; one seen while
+                // this loader's iterator was alive, at the next pass.
+                self.reader.another_loader_began() || due(STATE_ELSEWHERE)
+            } else {
+                due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS))
+            };
+            let state = if read {
                 last_state = Some(now);
                 self.reader.state()
             } else {
