@@ -36,7 +36,7 @@ pub(crate) const BUDGET: [&str; 2] = ["--max-overhead", "4"];
 /// Epochs of 64 batches: the count misses at most what the loop takes in
 /// one sampler tick at each epoch's end (docs/pytorch.md), 1.6% of a
 /// 64-batch epoch at worst.
-pub(crate) const EPOCH_SAMPLES: &str = "1024";
+const EPOCH_SAMPLES: &str = "1024";
 
 impl Case<'_> {
     pub(crate) fn who(&self) -> String {
@@ -44,7 +44,7 @@ impl Case<'_> {
     }
 
     /// A directory name for the case.
-    pub(crate) fn tag(&self) -> String {
+    fn tag(&self) -> String {
         format!(
             "torch-{}-{}",
             self.script.trim_end_matches(".py"),
@@ -110,7 +110,7 @@ fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
 
 /// The workload's lines once one of its GT lines is past `t_ns` (it
 /// prints one every 0.1 s).
-pub(crate) fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
+fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
     let t0 = std::time::Instant::now();
     loop {
         let lines = w.snapshot_lines();
@@ -140,6 +140,9 @@ pub(crate) struct Checked {
     pub snapshot: PipelineSnapshot,
     /// report.json.
     pub report: Value,
+    /// The probe's stdout (its summary); empty where the caller read the
+    /// recording itself.
+    pub stdout: String,
 }
 
 /// Records the case by PID and compares dataloader.json with the loop's
@@ -149,20 +152,32 @@ fn check(case: &Case) -> Value {
 }
 
 pub(crate) fn check_all(case: &Case) -> Checked {
-    let mut args = vec!["--seconds", "600", "--epoch-samples", EPOCH_SAMPLES];
-    args.extend_from_slice(case.args);
-    let w = Workload::start_in(&[], &torch_python(), case.script, &args);
-    let dir = tempdir(&case.tag());
-    let out = record_out(&w, case.seconds, &dir, &BUDGET);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    agrees_with_loop(case, &dir, &stdout, |t1| lines_past(&w, t1))
+    case.check_running(&case.start())
+}
+
+impl Case<'_> {
+    /// Starts the case's workload (epochs of `EPOCH_SAMPLES`), READY.
+    pub(crate) fn start(&self) -> Workload {
+        let mut args = vec!["--seconds", "600", "--epoch-samples", EPOCH_SAMPLES];
+        args.extend_from_slice(self.args);
+        Workload::start_in(&[], &torch_python(), self.script, &args)
+    }
+
+    /// Records the running workload `w` by PID and compares
+    /// dataloader.json with the loop's own counts over the same window.
+    pub(crate) fn check_running(&self, w: &Workload) -> Checked {
+        let dir = tempdir(&self.tag());
+        let out = record_out(w, self.seconds, &dir, &BUDGET);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        agrees_with_loop(self, &dir, &stdout, |t1| lines_past(w, t1))
+    }
 }
 
 /// Compares the recording in `dir` (dataloader.json, stages.folded) and
 /// the probe's `stdout` with the loop's own counts over the same window;
 /// `lines(t)`: the workload's lines once they cover the instant t.
 /// Returns what was checked.
-pub(crate) fn agrees_with_loop(
+fn agrees_with_loop(
     case: &Case,
     dir: &Path,
     stdout: &str,
@@ -259,7 +274,10 @@ pub(crate) fn agrees_with_loop(
         check_trace(dir, &who, ready_pid(&lines), &announced, &all, &d);
         check_profile(dir, &who, &folded, !announced.is_empty());
     }
-    Checked::read(dir, d, lines)
+    Checked {
+        stdout: stdout.to_string(),
+        ..Checked::read(dir, d, lines)
+    }
 }
 
 impl Checked {
@@ -272,6 +290,7 @@ impl Checked {
             lines,
             snapshot: read_snapshot(&dir.join("stats.pb")),
             report: serde_json::from_str(&report).expect("report.json"),
+            stdout: String::new(),
         }
     }
 

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{record_out, tempdir, torch_python, Workload};
-use crate::torch::{agrees_with_loop, lines_past, num, Case, BUDGET, EPOCH_SAMPLES};
+use crate::harness::Workload;
+use crate::torch::{num, Case};
 
 #[test]
 fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
@@ -26,9 +26,7 @@ fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
         ],
         seconds: 8.0,
     };
-    let mut args = vec!["--seconds", "600", "--epoch-samples", EPOCH_SAMPLES];
-    args.extend_from_slice(case.args);
-    let w = Workload::start_in(&[], &torch_python(), case.script, &args);
+    let w = case.start();
     let passes = |w: &Workload| {
         w.snapshot_lines()
             .iter()
@@ -43,12 +41,9 @@ fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let dir = tempdir(&case.tag());
-    let out = record_out(&w, case.seconds, &dir, &BUDGET);
-    let stdout = String::from_utf8_lossy(&out.stdout);
     // Batches, samples and the stall of the training loader alone.
-    let c = agrees_with_loop(&case, &dir, &stdout, |t1| lines_past(&w, t1));
-    let who = case.who();
+    let c = case.check_running(&w);
+    let (who, stdout) = (case.who(), &c.stdout);
     let window = (num(&c.d, "end_wall_ns") - num(&c.d, "start_wall_ns")) / 1e9;
     assert!(
         c.gt("val_root") > 0.0,

@@ -6,6 +6,7 @@
 //! attributes are read with `crate::python::Objects`, whose layout checks
 //! turn a wrong guess into an error, never a number.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -137,8 +138,16 @@ struct Located {
 /// is followed (`dataset`), only its iterators: another loader's (a
 /// validation loop's) is not the next epoch of this one.
 fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Located> {
+    // The one the look ended at, if any: its dataset is read once (an
+    // attribute lookup by name, a read per key before it).
+    let hit = Cell::new(None);
     let wanted = |f: &Found| {
-        Some(f.addr) != stale && dataset.is_none_or(|d| dataset_of(objs, f.addr) == Some(d))
+        let yes =
+            Some(f.addr) != stale && dataset.is_none_or(|d| dataset_of(objs, f.addr) == Some(d));
+        if yes {
+            hit.set(Some(f.addr));
+        }
+        yes
     };
     let found = match objs.find_on_frames_until(ITER_TYPES, wanted) {
         Ok(f) => f,
@@ -147,10 +156,11 @@ fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Lo
             return None;
         }
     };
-    let f = found.iter().find(|f| wanted(f)).or_else(|| match dataset {
-        None => found.first(),
-        Some(_) => found.iter().find(|f| Some(f.addr) == stale),
-    })?;
+    let pick = hit.get().or(match dataset {
+        None => found.first().map(|f| f.addr),
+        Some(_) => stale,
+    });
+    let f = found.iter().find(|f| Some(f.addr) == pick)?;
     let ty = objs.type_of(f.addr).ok()?;
     debug!(addr = f.addr, via = %f.via, function = %f.function, thread = f.thread_id, "DataLoader iterator");
     Some(Located {

@@ -25,6 +25,9 @@ use crate::python::{ObjError, Objects};
 
 /// Objects looked up kept at most (a loader or two, an iterator an epoch).
 const MAX_KNOWN: usize = 64;
+/// Where a loader's iterator (`_dataset`) and a DataLoader (`dataset`)
+/// keep its dataset.
+const DATASET_ATTRS: [&str; 2] = ["_dataset", "dataset"];
 /// Looks through the frames for the job's DataLoaders.
 const LOOKS: usize = 3;
 /// DataLoader classes known by their type names: torch's, and subclasses
@@ -93,7 +96,7 @@ impl Owners {
             }
         }
         objs.type_of(obj).ok()?;
-        let slot = ["_dataset", "dataset"]
+        let slot = DATASET_ATTRS
             .into_iter()
             .find_map(|name| objs.attr_slot(obj, name).ok().flatten())?
             .0;
@@ -189,7 +192,7 @@ pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
 /// The dataset object of a loader's iterator (`_dataset`) or of a
 /// DataLoader (`dataset`).
 pub(super) fn dataset_of(objs: &Objects, obj: u64) -> Option<u64> {
-    ["_dataset", "dataset"]
+    DATASET_ATTRS
         .into_iter()
         .find_map(|name| objs.attr(obj, name).ok().flatten())
 }

@@ -286,7 +286,7 @@ struct Run {
     forked_names: SharedNames,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
-    /// The loop's stage at its last read.
+    /// The loop's stage at its last read that told one.
     loop_stage: Option<Stage>,
     /// When the training loop's stage was last read (a tick or a count
     /// read between two), CLOCK_MONOTONIC ns.
@@ -466,7 +466,6 @@ impl Run {
         }
         let dt = now.saturating_sub(start);
         self.last_loop_ns = now;
-        self.loop_stage = loop_stage.or(self.loop_stage);
         if let Ok(mut o) = self.shared.lock() {
             add_loop(&mut o, loop_stage, dt);
         }
@@ -613,7 +612,6 @@ impl Run {
         let loop_dt = end_ns.saturating_sub(self.last_loop_ns);
         self.last_loop_ns = end_ns;
         add_loop(&mut o, loop_stage, loop_dt);
-        self.loop_stage = loop_stage.or(self.loop_stage);
         // Building a batch itself, after this tick's count read: the loop
         // will yield it, though the epoch may end before the next read.
         // Not when that read found no iterator: the epoch it read last may
@@ -681,6 +679,7 @@ impl Run {
             .loop_thread
             .and_then(|t| stages.iter().find(|(id, _)| *id == t).map(|(_, st)| *st))
             .map(|st| self.which_loader(st, stacks));
+        self.loop_stage = loop_stage.or(self.loop_stage);
         (loop_stage, pin)
     }
 
