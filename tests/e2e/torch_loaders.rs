@@ -11,19 +11,33 @@ use crate::torch::{num, Case};
 
 #[test]
 fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
-    // Validation takes about as long as an epoch's training (2,048
-    // samples in order against 1,024 shuffled), so that the probe, started
-    // as a pass begins, attaches in the middle of it.
+    attached_in_a_validation_pass(&[]);
+}
+
+/// The training loader of a class of the job's own, with DataLoader in
+/// its MRO but not as its first base: it is found as a loader, and told
+/// from the validation one as before.
+#[test]
+fn dataloader_of_a_derived_class_is_found_as_the_training_one() {
+    attached_in_a_validation_pass(&["--loader-class", "derived"]);
+}
+
+/// Validation takes about as long as an epoch's training (2,048 samples
+/// in order against 1,024 shuffled), so that the probe, started as a
+/// pass begins, attaches in the middle of it.
+fn attached_in_a_validation_pass(extra: &[&'static str]) {
+    let mut args = vec![
+        "--num-workers",
+        "2",
+        "--batch-size",
+        "16",
+        "--val-samples",
+        "2048",
+    ];
+    args.extend_from_slice(extra);
     let case = Case {
         script: "torch_pyxform.py",
-        args: &[
-            "--num-workers",
-            "2",
-            "--batch-size",
-            "16",
-            "--val-samples",
-            "2048",
-        ],
+        args: &args,
         seconds: 8.0,
     };
     let w = case.start();

@@ -142,6 +142,9 @@ def make_parser(module):
                    help="after each epoch, a validation pass over a second DataLoader (a new "
                         "dataset of this many samples, the same workers, not persistent) in a "
                         "`for` loop; its batches and time are not the GT's (val_root=, val_ns=)")
+    p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
+                   help="derived: the training loader is of a class of the job's own, derived "
+                        "from a mixin and then DataLoader (a validation loader stays torch's)")
     add = getattr(module, "add_args", None)
     if add is not None:
         add(p)
@@ -395,6 +398,21 @@ def _leading_dim(batch):
     raise ValueError("batch has no tensor with a leading dimension")
 
 
+def derived_loader_class():
+    """A DataLoader class of the job's own, as training code defines one: a mixin first,
+    so that DataLoader is only in its MRO, not its first base."""
+    from torch.utils.data import DataLoader
+
+    class Logged:
+        def describe(self):
+            return type(self).__name__
+
+    class TrainLoader(Logged, DataLoader):
+        pass
+
+    return TrainLoader
+
+
 def make_loader(dataset, args, shuffle=True):
     import torch
     from torch.utils.data import DataLoader, IterableDataset
@@ -411,7 +429,8 @@ def make_loader(dataset, args, shuffle=True):
         kw.update(worker_init_fn=worker_init, prefetch_factor=args.prefetch_factor,
                   persistent_workers=args.persistent_workers,
                   multiprocessing_context=args.start_method)
-    return DataLoader(dataset, **kw)
+    cls = derived_loader_class() if shuffle and args.loader_class == "derived" else DataLoader
+    return cls(dataset, **kw)
 
 
 def run(module, args):

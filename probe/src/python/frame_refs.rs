@@ -33,6 +33,9 @@ const MAX_SLOTS: u64 = 1 << 16;
 /// Most items of a dict a frame holds looked through: a state dict holds
 /// a few; a big one (a cache, a vocabulary) would cost a read per item.
 const MAX_DICT_ITEMS: u64 = 64;
+/// Most classes of an MRO read: a class hierarchy is a few deep; a longer
+/// tuple is not an MRO.
+const MAX_MRO: u64 = 32;
 
 /// An object found from a frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +79,10 @@ enum Inside {
 /// it is enough.
 struct Look<'a, F: Fn(&Found) -> bool> {
     type_names: &'a [&'a str],
+    /// Classes derived from a wanted one count too.
+    derived: bool,
+    /// Per class address, whether it derives from a wanted one.
+    derives: HashMap<u64, bool>,
     enough: &'a F,
     out: Vec<Found>,
     seen: HashSet<u64>,
@@ -83,6 +90,24 @@ struct Look<'a, F: Fn(&Found) -> bool> {
 }
 
 impl<F: Fn(&Found) -> bool> Look<'_, F> {
+    /// Whether an object of type `t`, named `name`, is wanted: named so,
+    /// or, when derived classes count, a class with such a base.
+    fn wants(&mut self, objs: &Objects, t: &TypeInfo, name: &str) -> bool {
+        if self.type_names.contains(&name) {
+            return true;
+        }
+        // Only a class the job defined (a heap type) derives from one of
+        // its libraries' classes; a C type is known by its own name.
+        if !self.derived || t.flags & TPFLAGS_HEAPTYPE == 0 {
+            return false;
+        }
+        let names = self.type_names;
+        *self
+            .derives
+            .entry(t.addr)
+            .or_insert_with(|| objs.derives_from(t, names))
+    }
+
     /// Records `addr` (once); whether it is enough. Where it was found is
     /// named only now: the names cost reads.
     fn found(&mut self, objs: &Objects, addr: u64, type_name: String, at: &Where) -> bool {
@@ -129,7 +154,30 @@ impl Objects {
     /// once, named by the first way to it: frame by frame, innermost
     /// first, each slot then its object's attributes or items.
     pub fn find_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
-        self.look_through_frames(type_names, false, |_| false)
+        self.look_through_frames(type_names, false, false, |_| false)
+    }
+
+    /// As [`Objects::find_on_frames`], instances of classes derived from
+    /// the named ones found too (a job's own `class Loader(DataLoader)`),
+    /// named by their own class. Each class of the job's own met costs a
+    /// read of its MRO and its bases, once per look.
+    pub fn find_derived_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
+        self.look_through_frames(type_names, false, true, |_| false)
+    }
+
+    /// Whether the class `t` has a base (in its MRO, after itself) named
+    /// one of `names`. False when its MRO does not read as one: a tuple
+    /// of classes that starts with the class itself.
+    fn derives_from(&self, t: &TypeInfo, names: &[&str]) -> bool {
+        let mro = match self.items(t.mro) {
+            Ok(m) if m.first() == Some(&t.addr) && m.len() as u64 <= MAX_MRO => m,
+            _ => return false,
+        };
+        mro[1..].iter().any(|&base| {
+            self.type_info(base)
+                .and_then(|b| self.c_string(b.name_ptr))
+                .is_ok_and(|n| names.contains(&n.as_str()))
+        })
     }
 
     /// As [`Objects::find_on_frames`], ending at the first object found
@@ -143,13 +191,14 @@ impl Objects {
         type_names: &[&str],
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
-        self.look_through_frames(type_names, true, enough)
+        self.look_through_frames(type_names, true, false, enough)
     }
 
     fn look_through_frames(
         &self,
         type_names: &[&str],
         slots_first: bool,
+        derived: bool,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
         let mut frames = Vec::new();
@@ -163,6 +212,8 @@ impl Objects {
         }
         let mut look = Look {
             type_names,
+            derived,
+            derives: HashMap::new(),
             enough: &enough,
             out: Vec::new(),
             seen: HashSet::new(),
@@ -173,7 +224,7 @@ impl Objects {
         let mut instances = Vec::new();
         for (k, (thread_id, slots)) in frames.iter().enumerate() {
             for (i, &w) in slots.words.iter().enumerate() {
-                let Some((obj, name, inside)) = self.slot_object(w, &mut look.types) else {
+                let Some((obj, t, name, inside)) = self.slot_object(w, &mut look.types) else {
                     continue;
                 };
                 let at = Where {
@@ -182,7 +233,7 @@ impl Objects {
                     i,
                     key: None,
                 };
-                if type_names.contains(&name.as_str()) && look.found(self, obj, name, &at) {
+                if look.wants(self, &t, &name) && look.found(self, obj, name, &at) {
                     return Ok(look.out);
                 }
                 if inside == Inside::Nothing {
@@ -226,14 +277,14 @@ impl Objects {
             Inside::Nothing => None,
         };
         for (key, v) in entries.unwrap_or_default() {
-            let Some((_, n)) = self.type_named(v, &mut look.types) else {
+            let Some((t, n)) = self.type_named(v, &mut look.types) else {
                 continue;
             };
             let at = Where {
                 key: Some((key, inside)),
                 ..*at
             };
-            if look.type_names.contains(&n.as_str()) && look.found(self, v, n, &at) {
+            if look.wants(self, &t, &n) && look.found(self, v, n, &at) {
                 return true;
             }
         }
@@ -244,7 +295,7 @@ impl Objects {
     /// iterator for `enumerate(...)`), its type name and what of it is
     /// looked through: a dict's items (a dict subclass's too), an
     /// instance of a class's attributes.
-    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, String, Inside)> {
+    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, TypeInfo, String, Inside)> {
         let mut obj = w;
         let (mut t, mut name) = self.type_named(obj, types)?;
         for _ in 0..2 {
@@ -265,7 +316,7 @@ impl Objects {
         } else {
             Inside::Nothing
         };
-        Some((obj, name, inside))
+        Some((obj, t, name, inside))
     }
 
     /// The type of the object at `obj` and its name, as

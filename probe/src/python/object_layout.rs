@@ -28,6 +28,9 @@ pub struct Layout {
     pub tp_flags: u64,
     pub tp_dict: u64,
     pub tp_dictoffset: u64,
+    /// `PyTypeObject.tp_mro`: the class and its bases in method
+    /// resolution order, a tuple (the same offset 3.9 to 3.13).
+    pub tp_mro: u64,
     /// `sizeof(PyHeapTypeObject)` (`type.__basicsize__`), and its
     /// `ht_name` and `ht_cached_keys`.
     pub heap_type_size: u64,
@@ -83,6 +86,8 @@ pub fn table(minor: u32) -> Option<Layout> {
         tp_flags: 168,
         tp_dict: 264,
         tp_dictoffset: 288,
+        // ... tp_init, tp_alloc, tp_new, tp_free, tp_is_gc, tp_bases.
+        tp_mro: 344,
         // PyTypeObject (408 bytes to 3.11), then as_async (3 pointers in
         // 3.9, 4 from 3.10: am_send), as_number (36), as_mapping (3),
         // as_sequence (10), as_buffer (2), then ht_name, ht_slots,

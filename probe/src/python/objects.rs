@@ -119,6 +119,8 @@ pub struct TypeInfo {
     pub itemsize: u64,
     pub flags: u64,
     pub dictoffset: i64,
+    /// `tp_mro` (0 before the class is ready).
+    pub mro: u64,
 }
 
 /// Where an instance keeps its attributes.
@@ -219,7 +221,7 @@ impl Objects {
     /// The fields of the type at `ty`.
     pub fn type_info(&self, ty: u64) -> Result<TypeInfo, ObjError> {
         let l = &self.lay;
-        let mut b = vec![0u8; (l.tp_dictoffset + 8) as usize];
+        let mut b = vec![0u8; (l.tp_dictoffset.max(l.tp_mro) + 8) as usize];
         self.mem.read(ty, &mut b)?;
         let at = |o: u64| word_at(&b, o as usize);
         Ok(TypeInfo {
@@ -229,6 +231,7 @@ impl Objects {
             itemsize: at(l.tp_itemsize),
             flags: at(l.tp_flags),
             dictoffset: at(l.tp_dictoffset) as i64,
+            mro: at(l.tp_mro),
         })
     }
 

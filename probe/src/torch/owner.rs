@@ -30,10 +30,12 @@ const MAX_KNOWN: usize = 64;
 const DATASET_ATTRS: [&str; 2] = ["_dataset", "dataset"];
 /// Looks through the frames for the job's DataLoaders.
 const LOOKS: usize = 3;
-/// DataLoader classes known by their type names: torch's, and subclasses
-/// that wrap one (timm's `MultiEpochsDataLoader`, torchdata's
-/// `StatefulDataLoader`, accelerate's `DataLoaderShard`). Another
-/// subclass is not seen as a loader; its iterators are.
+/// DataLoader classes: torch's, and ones known by name that may not derive
+/// from it in every version (accelerate's `DataLoaderShard` wraps one in
+/// recent releases), with timm's `MultiEpochsDataLoader` and torchdata's
+/// `StatefulDataLoader`. Any class derived from one of these is a loader
+/// too (a job's own `class InfiniteDataLoader(DataLoader)`), told by its
+/// MRO.
 const LOADER_TYPES: &[&str] = &[
     "DataLoader",
     "MultiEpochsDataLoader",
@@ -126,7 +128,7 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     let mut loaders = Vec::new();
     let mut failed = None;
     for _ in 0..LOOKS {
-        match objs.find_on_frames(LOADER_TYPES) {
+        match objs.find_derived_on_frames(LOADER_TYPES) {
             Ok(found) => loaders.extend(found),
             Err(e) => failed = Some(e),
         }
@@ -181,7 +183,7 @@ fn shuffles(objs: &Objects, loader: u64) -> Option<bool> {
 pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
     let mut types = LOADER_TYPES.to_vec();
     types.extend_from_slice(iter_types);
-    (0..LOOKS).any(|_| match objs.find_on_frames(&types) {
+    (0..LOOKS).any(|_| match objs.find_derived_on_frames(&types) {
         Ok(found) => found
             .iter()
             .any(|f| dataset_of(objs, f.addr) == Some(dataset)),
