@@ -3,7 +3,7 @@
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
         [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc,
-               torch_pyx_workers] [--runs 3] [--base-runs 1]
+               torch_pyx_workers,torch_val] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
@@ -84,6 +84,13 @@ CASES = {
     "torch_pyx_workers": ("torch_pyxform.py", ["--num-workers", "1", "--persistent-workers",
                                                "--batch-size", "16", "--epoch-samples", "1024"],
                           None),
+    # The torch_ipc job with a validation pass over a second loader (in
+    # order, 2,048 samples, its own new workers) after each epoch: the advice
+    # is for the training loader alone, and its prediction must not count
+    # the other loader's passes or start-ups as this loader's.
+    "torch_val": ("torch_pyxform.py", ["--num-workers", "2", "--batch-size", "16",
+                                       "--epoch-samples", "1024", "--val-samples", "2048"],
+                  None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
 # num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
