@@ -31,6 +31,7 @@ fn main() {
     build(&bpf_dir, &out_dir, "procio");
     for f in [
         "probe.bpf.c",
+        "probe_getnext.h",
         "probe_waits.h",
         "probe_io.h",
         "procio.bpf.c",
