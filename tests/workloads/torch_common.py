@@ -142,6 +142,9 @@ def make_parser(module):
                    help="after each epoch, a validation pass over a second DataLoader (a new "
                         "dataset of this many samples, the same workers, not persistent) in a "
                         "`for` loop; its batches and time are not the GT's (val_root=, val_ns=)")
+    p.add_argument("--new-loader", action="store_true",
+                   help="after each epoch, a new dataset and a new DataLoader over it (the old "
+                        "ones dropped), as a script that builds its loader in the epoch loop")
     p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
                    help="derived: the training loader is of a class of the job's own, derived "
                         "from a mixin and then DataLoader (a validation loader stays torch's)")
@@ -157,6 +160,8 @@ def parse_args(module, argv=None):
         raise SystemExit("--epoch-samples must be positive")
     if a.val_samples and a.stall_detail:
         raise SystemExit("--stall-detail does not leave out --val-samples' passes")
+    if a.new_loader and a.stall_detail:
+        raise SystemExit("--stall-detail does not leave out --new-loader's builds")
     if a.batch_size <= 0 or a.num_workers < 0:
         raise SystemExit("--batch-size must be positive and --num-workers non-negative")
     return a
@@ -477,6 +482,11 @@ def run(module, args):
         st["val_ns"] += time.perf_counter_ns() - t
         gt(time.time_ns(), st["root"], st["elems"])
 
+    def renew():
+        nonlocal loader
+        loader = None
+        loader = make_loader(module.build(args), args)
+
     def next_batch():
         t = time.perf_counter_ns()
         if truth:
@@ -503,6 +513,11 @@ def run(module, args):
                     if val_loader is not None:
                         st["stall"] += time.perf_counter_ns() - t
                         validate()
+                        t = time.perf_counter_ns()
+                    if args.new_loader:
+                        # Outside the stall: the loop's own code, not the loader's.
+                        st["stall"] += time.perf_counter_ns() - t
+                        renew()
                         t = time.perf_counter_ns()
         finally:
             st["stall"] += time.perf_counter_ns() - t

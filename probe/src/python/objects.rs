@@ -405,6 +405,19 @@ impl Objects {
         Ok(self.mem.u64(addr)?)
     }
 
+    /// Whether `obj` still reads as a live object of type `ty`, in one
+    /// read of its header: a freed object's first word is its allocator's
+    /// free-list link (or its page is gone), and another object at its
+    /// address has a type of its own, unless it is of the same type.
+    pub fn alive_as(&self, obj: u64, ty: u64) -> bool {
+        let mut h = [0u8; 16];
+        if !user_addr(obj) || self.mem.read(obj, &mut h).is_err() {
+            return false;
+        }
+        let refcnt = word_at(&h, 0);
+        refcnt > 0 && refcnt <= MAX_REFCNT && word_at(&h, self.lay.ob_type as usize) == ty
+    }
+
     /// Follows `path` from `obj`: attribute names and `[i]` indices into
     /// lists and tuples (`_workers[0]._popen.pid`).
     pub fn follow(&self, obj: u64, path: &str) -> Result<u64, ObjError> {

@@ -49,6 +49,10 @@ pub struct IterReader {
     known: Option<Known>,
     /// The loader followed among the job's loaders.
     owners: Owners,
+    /// Another loader's object was first seen since the last full read:
+    /// the next one looks through the frames, though the iterator known
+    /// is still alive (see `state`).
+    prompted: bool,
 }
 
 /// The cached slots, valid while the iterator is `ident`.
@@ -109,7 +113,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
     };
     let mut owners = Owners::default();
     if let Some(d) = training {
-        owners.follow(d);
+        owners.follow(&objs, d);
     }
     Ok(Some(IterReader {
         objs,
@@ -121,6 +125,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         looked_at: None,
         known: None,
         owners,
+        prompted: false,
     }))
 }
 
@@ -413,7 +418,9 @@ impl LoaderReader for IterReader {
     }
 
     fn another_loader_began(&mut self) -> bool {
-        self.owners.take_news()
+        let began = self.owners.take_news();
+        self.prompted |= began;
+        began
     }
 
     fn yielded(&mut self) -> Option<Count> {
@@ -433,10 +440,14 @@ impl LoaderReader for IterReader {
         // known is kept while it is alive and counts: the frames
         // are looked through (thousands of reads) when it is gone, or when
         // it stood still over a whole LOOK_EVERY: it may be an old epoch's,
-        // kept alive beside the one the loop iterates now.
+        // kept alive beside the one the loop iterates now. Another loader
+        // first seen prompts a look too: the job may have made it to
+        // replace this one, whose last iterator, done, can live on until
+        // the GC frees it (a cycle), reading as alive.
         let alive = self.still_there();
-        let mut looked = !alive;
-        if alive && self.looked.elapsed() >= LOOK_EVERY {
+        let prompted = std::mem::take(&mut self.prompted);
+        let mut looked = !alive || prompted;
+        if alive && !prompted && self.looked.elapsed() >= LOOK_EVERY {
             let now = self.counted();
             looked = now == self.looked_at;
             self.looked = Instant::now();
@@ -444,14 +455,25 @@ impl LoaderReader for IterReader {
         }
         if looked {
             let followed = self.owners.dataset();
-            let mut found = locate(&self.objs, alive.then_some(self.iter), followed);
-            if found.is_none()
-                && !alive
-                && followed.is_some_and(|d| !owner::held(&self.objs, d, ITER_TYPES))
+            let stale = alive.then_some(self.iter);
+            let mut found = locate(&self.objs, stale, followed);
+            // Nothing of the followed loader but what was known: it is
+            // gone if its dataset was freed, or if no frame holds it (a
+            // validation pass's frames still hold the training loader).
+            let nothing_new = found.as_ref().is_none_or(|l| Some(l.iter) == stale);
+            if nothing_new
+                && followed.is_some_and(|d| {
+                    self.owners.dataset_freed(&self.objs) || !owner::held(&self.objs, d, ITER_TYPES)
+                })
             {
                 debug!("the DataLoader followed is gone: following the one running now");
                 self.owners.forget();
                 found = locate(&self.objs, None, None);
+                // Its loader is the one followed now, though the iterator
+                // may be one already known (its state not read again).
+                if let Some(d) = found.as_ref().and_then(|l| dataset_of(&self.objs, l.iter)) {
+                    self.owners.follow(&self.objs, d);
+                }
             }
             if let Some(l) = found {
                 self.iter = l.iter;
@@ -555,7 +577,7 @@ impl IterReader {
             map_style: int(6) == Some(0),
         };
         if let Some(d) = dataset {
-            self.owners.follow(d);
+            self.owners.follow(&self.objs, d);
         }
         Some(state)
     }

@@ -48,6 +48,9 @@ const LOADER_TYPES: &[&str] = &[
 pub(super) struct Owners {
     /// The followed loader's dataset object.
     dataset: Option<u64>,
+    /// Its type object, to tell when it is freed: a job that makes a new
+    /// dataset and loader each epoch drops the old ones.
+    dataset_type: Option<u64>,
     /// By object address: where it keeps its dataset (the slot of the
     /// value's pointer) and the dataset seen there. A freed iterator's
     /// address is soon another's (an epoch's iterator of the other
@@ -68,9 +71,10 @@ impl Owners {
 
     /// Follows the loader of `dataset` from now on, if none is followed
     /// yet (the first loader found stays the one followed).
-    pub(super) fn follow(&mut self, dataset: u64) {
+    pub(super) fn follow(&mut self, objs: &Objects, dataset: u64) {
         if self.dataset.is_none() {
             self.dataset = Some(dataset);
+            self.dataset_type = objs.type_of(dataset).ok().map(|t| t.addr);
         }
     }
 
@@ -78,6 +82,18 @@ impl Owners {
     /// gone.
     pub(super) fn forget(&mut self) {
         self.dataset = None;
+        self.dataset_type = None;
+    }
+
+    /// The followed loader's dataset object was freed (one read): the job
+    /// dropped that loader, and the one running now took its place. A new
+    /// dataset of the same type at the same address reads as alive; that
+    /// case is left to [`held`]'s looks.
+    pub(super) fn dataset_freed(&self, objs: &Objects) -> bool {
+        match (self.dataset, self.dataset_type) {
+            (Some(d), Some(ty)) => !objs.alive_as(d, ty),
+            _ => false,
+        }
     }
 
     /// Whether another loader's object was first told since the last
@@ -88,9 +104,21 @@ impl Owners {
 
     /// Whether the loader object `obj` (an iterator or a DataLoader) serves
     /// the followed loader; None when that cannot be told (nothing
-    /// followed yet, or `obj` unreadable). One read when `obj` was told
-    /// before and its dataset is still the one seen then.
+    /// followed yet, or `obj` unreadable), or when it serves another and
+    /// the followed one's dataset was freed: then it is the followed
+    /// loader's successor, not another loader beside it, and the next
+    /// state read follows it. One read when `obj` was told before and its
+    /// dataset is still the one seen then, and one more when that is not
+    /// the followed dataset.
     pub(super) fn serves(&mut self, objs: &Objects, obj: u64) -> Option<bool> {
+        let told = self.told(objs, obj)?;
+        if !told && self.dataset_freed(objs) {
+            return None;
+        }
+        Some(told)
+    }
+
+    fn told(&mut self, objs: &Objects, obj: u64) -> Option<bool> {
         let want = self.dataset?;
         if let Some(&(slot, seen)) = self.known.get(&obj) {
             if objs.word(slot).ok() == Some(seen) {
@@ -187,7 +215,10 @@ pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
         Ok(found) => found
             .iter()
             .any(|f| dataset_of(objs, f.addr) == Some(dataset)),
-        Err(_) => true,
+        Err(e) => {
+            debug!("a look for the followed DataLoader failed: {e}");
+            true
+        }
     })
 }
 

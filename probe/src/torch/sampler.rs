@@ -342,17 +342,20 @@ impl Run {
             // one's iterator is gone until the pass ends: a look through
             // the frames for it (thousands of reads) as the other loader
             // is first seen, then every STATE_ELSEWHERE, not every 100 ms
-            // of a pass that may last minutes. The look also tells a
-            // loader the job made anew to replace this one
-            // (`IterReader::state`).
+            // of a pass that may last minutes. Another loader first seen
+            // forces a look, lost or not: a pass of another loader began,
+            // or a loader the job made anew replaced this one (its epoch
+            // may be over before a look 100 ms later, and this one's last
+            // iterator may read as alive until the GC frees it); the look
+            // tells which (`IterReader::state`).
+            let began = self.reader.another_loader_began();
             let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
-            let read = if elsewhere {
-                // Another loader first seen forces a look; one seen while
-                // this loader's iterator was alive, at the next pass.
-                self.reader.another_loader_began() || due(STATE_ELSEWHERE)
-            } else {
-                due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS))
-            };
+            let read = began
+                || if elsewhere {
+                    due(STATE_ELSEWHERE)
+                } else {
+                    due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS))
+                };
             let state = if read {
                 last_state = Some(now);
                 self.reader.state()
