@@ -3,7 +3,7 @@
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
         [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc,
-               torch_pyx_workers,torch_val] [--runs 3] [--base-runs 1]
+               torch_pyx_workers,torch_val,torch_anew] [--runs 3] [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
 For each case it starts a deliberately mis-configured pipeline, records it with
@@ -91,6 +91,11 @@ CASES = {
     "torch_val": ("torch_pyxform.py", ["--num-workers", "2", "--batch-size", "16",
                                        "--epoch-samples", "1024", "--val-samples", "2048"],
                   None),
+    # The torch_ipc job making a new dataset and DataLoader every epoch: the
+    # advice is one loader, made before the epoch loop, with persistent
+    # workers.
+    "torch_anew": ("torch_pyxform.py", ["--num-workers", "2", "--batch-size", "16",
+                                        "--epoch-samples", "512", "--new-loader"], None),
 }
 # The ops tunable.py's flags set (its decode map is a ParallelMapDatasetV2 at any
 # num_parallel_calls; keras_fit.py's label map, a MapDataset, has no flag).
@@ -117,7 +122,9 @@ def apply(rec, flags, ops):
     if kind == "workers" and "--num-workers" in flags:
         return set_flag(flags, "--num-workers", str(int(rec["value"]))), None
     if kind == "persistent_workers" and "--num-workers" in flags:
-        return [f for f in flags if f != "--no-persistent-workers"] + ["--persistent-workers"], None
+        # A loader made anew each epoch is made once (the advice says so).
+        drop = ("--no-persistent-workers", "--new-loader")
+        return [f for f in flags if f not in drop] + ["--persistent-workers"], None
     if kind == "prefetch" and rec.get("unit") == "prefetch_factor" and "--num-workers" in flags:
         return set_flag(flags, "--prefetch-factor", str(max(int(rec["value"]), 1))), None
     if kind == "prefetch" and "--prefetch" in flags:

@@ -421,6 +421,13 @@ pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommenda
     }
     let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
     let rate = last_rate.map(|r| r / (1.0 - edge));
+    // Workers persist only across the epochs of one DataLoader: a job
+    // that makes a new one each epoch starts new workers with it.
+    let change = if d.loaders_replaced > 0 {
+        "make the DataLoader once, before the epoch loop, with persistent_workers=True (the job made a new one at epoch edges in the window, each starting its own workers)".to_string()
+    } else {
+        "pass persistent_workers=True to the DataLoader (now False)".to_string()
+    };
     Some(Recommendation {
         kind: "persistent_workers".into(),
         node: queue.name.clone(),
@@ -429,7 +436,7 @@ pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommenda
         predicted_rate: rate,
         assumes: m.machine.assumption_at(rate),
         why: format!(
-            "the training loop spends {} of its time starting and joining workers at epoch edges ({} epoch(s) in the window), and no batch arrives meanwhile ⇒ pass persistent_workers=True to the DataLoader (now False): its workers start once",
+            "the training loop spends {} of its time starting and joining workers at epoch edges ({} epoch(s) in the window), and no batch arrives meanwhile ⇒ {change}: its workers start once",
             fmt::pct(edge),
             fmt::count(d.epochs as f64),
         ),

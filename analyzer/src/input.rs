@@ -137,6 +137,9 @@ pub struct DataLoaderFacts {
     pub pin_memory: bool,
     /// Epochs that ended in the window.
     pub epochs: u64,
+    /// Times in the window the job replaced its loader by one it made
+    /// anew.
+    pub loaders_replaced: u64,
     /// Share of the training loop's wall time per stage (`wait`,
     /// `receive`, `startup`, `get_item`, `collate`, `other`).
     pub training: std::collections::BTreeMap<String, f64>,
@@ -175,6 +178,7 @@ impl DataLoaderFacts {
             persistent_workers: d.persistent_workers,
             pin_memory: d.pin_memory,
             epochs: d.epochs,
+            loaders_replaced: d.loaders_replaced,
             training: d
                 .training_shares
                 .iter()

@@ -293,8 +293,27 @@ fn epoch_edges_get_persistent_workers() {
     let pw = rec(&r, "persistent_workers").expect("persistent_workers advised");
     let rate = pw.predicted_rate.expect("rate");
     assert!((rate - 10.0 / 0.9).abs() < 1e-6, "{rate}");
-    assert!(pw.why.contains("persistent_workers=True"), "{}", pw.why);
+    assert!(
+        pw.why.contains("pass persistent_workers=True"),
+        "{}",
+        pw.why
+    );
     speaks_dataloader(&r);
+    // A job that makes its loader anew each epoch: persistent workers
+    // need the one loader kept across epochs, and the advice says so.
+    let mut anew = with_loop(&p, 2, false, &shares, "");
+    if let Some(d) = anew.dataloader.as_mut() {
+        d.loaders_replaced = 11;
+    }
+    let r = analyze(&anew, &ov).expect("analyze").into_report();
+    let pw = rec(&r, "persistent_workers").expect("persistent_workers advised");
+    assert!(
+        pw.why
+            .contains("make the DataLoader once, before the epoch loop, with persistent_workers=True (the job made a new one at epoch edges"),
+        "{}",
+        pw.why
+    );
+    assert_eq!(pw.predicted_rate, Some(rate));
     // Already persistent, or too little at the edges: nothing.
     for (persistent, edge) in [(true, 0.10), (false, 0.01)] {
         let shares = [("wait", 0.15), ("startup", edge), ("other", 0.75)];

@@ -33,6 +33,11 @@ pub struct DataLoaderSummary {
     /// `next()`: waiting for a worker, or (no workers) fetching the batch.
     pub stall_share: f64,
     pub epochs: u64,
+    /// Times in the window the job's loader was seen replaced by one it
+    /// made anew (a DataLoader built in the epoch loop): a lower bound, as
+    /// a new dataset at the freed one's address serves as the same
+    /// loader.
+    pub loaders_replaced: u64,
     pub num_workers: u32,
     pub prefetch_factor: Option<u32>,
     /// prefetch_factor x num_workers: batches the loader keeps in flight.
@@ -331,6 +336,7 @@ pub fn summarise(
         samples_per_s: samples as f64 / secs,
         stall_share: ratio(stalled, seen),
         epochs: last.epochs.saturating_sub(first.epochs),
+        loaders_replaced: last.loaders_replaced.saturating_sub(first.loaders_replaced),
         num_workers: last.num_workers,
         prefetch_factor: last.prefetch_factor,
         queue_capacity: last

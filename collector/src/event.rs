@@ -380,7 +380,7 @@ pub enum Event {
     /// event replaces an earlier.
     ProbeCost(ProbeCost),
     /// A PyTorch DataLoader's stages, cumulative, at a poll.
-    DataLoader(crate::dataloader::DataLoaderObservation),
+    DataLoader(Box<crate::dataloader::DataLoaderObservation>),
     /// End of the recording. `partial` is set when it ended before the
     /// requested duration (target exited, interrupted).
     End {

@@ -32,6 +32,11 @@ pub struct DataLoaderObservation {
     pub batches: u64,
     /// Epochs that ended while sampling.
     pub epochs: u64,
+    /// Times the loader followed was gone and the one the loop ran then
+    /// was followed instead (a loader the job made anew), since the
+    /// recording began.
+    #[serde(default)]
+    pub loaders_replaced: u64,
     /// Batches sent to workers and not yet yielded, now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_outstanding: Option<u64>,

@@ -421,6 +421,7 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
         prefetch_factor: d.prefetch_factor.unwrap_or(0),
         batch_size: d.batch_size.unwrap_or(0),
         epochs: d.epochs,
+        loaders_replaced: d.loaders_replaced,
         training_shares: d.training.clone().into_iter().collect(),
         sharing_strategy: d.sharing_strategy.clone().unwrap_or_default(),
         window_s: d.window_s,

@@ -182,8 +182,8 @@ impl Aggregator {
             }
             Event::ProbeCost(c) => self.probe_cost = Some(c),
             Event::DataLoader(d) => match &mut self.dataloader {
-                Some((_, last)) => *last = d,
-                None => self.dataloader = Some((d.clone(), d)),
+                Some((_, last)) => *last = *d,
+                None => self.dataloader = Some(((*d).clone(), *d)),
             },
             Event::End { partial, reason } => self.end = Some(EndInfo { partial, reason }),
             e @ (Event::Threads { .. }

@@ -99,11 +99,27 @@ fn dataloader_made_anew_each_epoch_is_followed() {
         seconds: 8.0,
     };
     let c = crate::torch::check_all(&case);
+    let who = case.who();
     let other = c.d["training"]["other_loader"].as_f64().unwrap_or(0.0);
     assert!(
         other <= 0.02,
-        "{}: {:.1}% of the loop's time told as in another DataLoader, where one loader at a time runs",
-        case.who(),
+        "{who}: {:.1}% of the loop's time told as in another DataLoader, where one loader at a time runs",
         100.0 * other
     );
+    // Replacements seen: not every one (a new dataset at the freed one's
+    // address serves as the same loader), but some.
+    let replaced = c.d["loaders_replaced"].as_u64().unwrap_or(0);
+    assert!(replaced > 0, "{who}: no loader seen replaced");
+    // Persistent workers need the one loader kept: the advice says so.
+    let recs = c.report["recommendations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for r in recs.iter().filter(|r| r["kind"] == "persistent_workers") {
+        let why = r["why"].as_str().unwrap_or("");
+        assert!(
+            why.contains("make the DataLoader once, before the epoch loop"),
+            "{who}: {why}"
+        );
+    }
 }

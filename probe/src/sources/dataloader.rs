@@ -201,6 +201,7 @@ impl<'obj> DataLoaderSource<'obj> {
             drop_last: st.drop_last,
             batches: o.batches.total(),
             epochs: o.batches.epochs,
+            loaders_replaced: st.replaced,
             tasks_outstanding: st.tasks_outstanding,
             covered_ns: o.covered_ns,
             ticks: o.ticks,
@@ -599,7 +600,10 @@ impl Source for DataLoaderSource<'_> {
         let (cut_mono, cut_wall) = crate::clock::now_ns();
         let io = self.poll_io(sink, &o, mono_ns, cut_mono)?;
         if let Some(obs) = self.observation(&o, mono_ns, cut_wall) {
-            sink.push(Event::DataLoader(DataLoaderObservation { io, ..obs }))?;
+            sink.push(Event::DataLoader(Box::new(DataLoaderObservation {
+                io,
+                ..obs
+            })))?;
         }
         Ok(())
     }

@@ -53,6 +53,8 @@ pub struct IterReader {
     /// the next one looks through the frames, though the iterator known
     /// is still alive (see `state`).
     prompted: bool,
+    /// Times the loader followed was gone and the one running followed.
+    replaced: u64,
 }
 
 /// The cached slots, valid while the iterator is `ident`.
@@ -126,6 +128,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         known: None,
         owners,
         prompted: false,
+        replaced: 0,
     }))
 }
 
@@ -468,6 +471,7 @@ impl LoaderReader for IterReader {
             {
                 debug!("the DataLoader followed is gone: following the one running now");
                 self.owners.forget();
+                self.replaced += 1;
                 found = locate(&self.objs, None, None);
                 // Its loader is the one followed now, though the iterator
                 // may be one already known (its state not read again).
@@ -532,6 +536,7 @@ impl LoaderReader for IterReader {
             sent,
             tasks_outstanding,
             held_by: Some(self.holder),
+            replaced: self.replaced,
             ..known.state.clone()
         })
     }
@@ -575,6 +580,7 @@ impl IterReader {
             tasks_outstanding: None,
             workers: value(5).map(|l| self.workers(l)).unwrap_or_default(),
             map_style: int(6) == Some(0),
+            replaced: self.replaced,
         };
         if let Some(d) = dataset {
             self.owners.follow(&self.objs, d);

@@ -61,6 +61,9 @@ pub struct LoaderState {
     /// A map-style dataset's loader (`_dataset_kind` 0), not an iterable
     /// one's.
     pub map_style: bool,
+    /// Times since the recording began that the loader followed was gone
+    /// and the one running then was followed: a loader the job made anew.
+    pub replaced: u64,
 }
 
 /// Reads the loader's iterator in the training process.
