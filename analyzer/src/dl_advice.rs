@@ -424,9 +424,9 @@ pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommenda
     // Workers persist only across the epochs of one DataLoader: a job
     // that makes a new one each epoch starts new workers with it.
     let change = if d.loaders_replaced > 0 {
-        "make the DataLoader once, before the epoch loop, with persistent_workers=True (the job made a new one at epoch edges in the window, each starting its own workers)".to_string()
+        "make the DataLoader once, before the epoch loop, with persistent_workers=True (the job made a new one at epoch edges in the window, each starting its own workers)"
     } else {
-        "pass persistent_workers=True to the DataLoader (now False)".to_string()
+        "pass persistent_workers=True to the DataLoader (now False)"
     };
     Some(Recommendation {
         kind: "persistent_workers".into(),

@@ -19,10 +19,9 @@ use std::collections::{HashMap, HashSet};
 
 use super::code::read_string;
 use super::objects::{
-    user_addr, ObjError, Objects, TypeInfo, MAX_REFCNT, TPFLAGS_DICT_SUBCLASS, TPFLAGS_HEAPTYPE,
+    user_addr, ObjError, Objects, TypeInfo, TPFLAGS_DICT_SUBCLASS, TPFLAGS_HEAPTYPE,
 };
 use super::offsets::NONE;
-use crate::mem::word_at;
 
 /// 3.12+: the eval loop's own entry frame (`FRAME_OWNED_BY_CSTACK`).
 const OWNED_BY_CSTACK: u8 = 3;
@@ -323,15 +322,7 @@ impl Objects {
     /// [`Objects::type_of`] checks them; a type seen before in this look
     /// costs only the read of the object's header.
     fn type_named(&self, obj: u64, types: &mut Types) -> Option<(TypeInfo, String)> {
-        if !user_addr(obj) || !obj.is_multiple_of(8) {
-            return None;
-        }
-        let mut h = [0u8; 16];
-        self.mem.read(obj, &mut h).ok()?;
-        let (refcnt, ty) = (word_at(&h, 0), word_at(&h, self.lay.ob_type as usize));
-        if refcnt == 0 || refcnt > MAX_REFCNT {
-            return None;
-        }
+        let ty = self.live_type(obj).ok()??;
         if let Some(known) = types.get(&ty) {
             return known.clone();
         }

@@ -57,7 +57,7 @@ const MAX_ITEMS: u64 = 1 << 20;
 const MAX_TYPE_NAME: usize = 256;
 /// Above this a reference count is a freed block's link, not a count
 /// (3.12+'s immortal objects count 2^32 - 1).
-pub(super) const MAX_REFCNT: u64 = 1 << 40;
+const MAX_REFCNT: u64 = 1 << 40;
 
 /// A value read from the target.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,15 +239,10 @@ impl Objects {
     /// aligned, a live reference count, and a type whose own type is a
     /// type.
     pub fn type_of(&self, obj: u64) -> Result<TypeInfo, ObjError> {
-        if !user_addr(obj) || !obj.is_multiple_of(8) {
-            return Err(ObjError::NotObject(obj));
-        }
-        let mut h = [0u8; 16];
-        self.mem.read(obj, &mut h)?;
-        let (refcnt, ty) = (word_at(&h, 0), word_at(&h, self.lay.ob_type as usize));
-        if refcnt == 0 || refcnt > MAX_REFCNT || !user_addr(ty) || !ty.is_multiple_of(8) {
-            return Err(ObjError::NotObject(obj));
-        }
+        let ty = self
+            .live_type(obj)?
+            .filter(|&ty| user_addr(ty) && ty.is_multiple_of(8))
+            .ok_or(ObjError::NotObject(obj))?;
         let meta = self
             .mem
             .u64(ty + self.lay.ob_type)
@@ -405,17 +400,25 @@ impl Objects {
         Ok(self.mem.u64(addr)?)
     }
 
+    /// The type word of the object at `obj`, in one read of its header;
+    /// None unless it is aligned and its reference count is a live one
+    /// (a freed object's first word is its allocator's free-list link).
+    pub(super) fn live_type(&self, obj: u64) -> Result<Option<u64>, ObjError> {
+        if !user_addr(obj) || !obj.is_multiple_of(8) {
+            return Ok(None);
+        }
+        let mut h = [0u8; 16];
+        self.mem.read(obj, &mut h)?;
+        let (refcnt, ty) = (word_at(&h, 0), word_at(&h, self.lay.ob_type as usize));
+        Ok((refcnt > 0 && refcnt <= MAX_REFCNT).then_some(ty))
+    }
+
     /// Whether `obj` still reads as a live object of type `ty`, in one
     /// read of its header: a freed object's first word is its allocator's
     /// free-list link (or its page is gone), and another object at its
     /// address has a type of its own, unless it is of the same type.
     pub fn alive_as(&self, obj: u64, ty: u64) -> bool {
-        let mut h = [0u8; 16];
-        if !user_addr(obj) || self.mem.read(obj, &mut h).is_err() {
-            return false;
-        }
-        let refcnt = word_at(&h, 0);
-        refcnt > 0 && refcnt <= MAX_REFCNT && word_at(&h, self.lay.ob_type as usize) == ty
+        self.live_type(obj).ok().flatten() == Some(ty)
     }
 
     /// Follows `path` from `obj`: attribute names and `[i]` indices into
