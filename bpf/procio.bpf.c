@@ -19,6 +19,13 @@
  * Opens of regular files send their path, so user space can name the files
  * read (reads send the file's device and inode).
  *
+ * Which waits: each followed thread inside a futex wait, while it is in
+ * it (futex_waits), for the stage sampler to tell a lock or GIL wait at
+ * its tick. /proc/PID/task/TID/syscall stops naming the futex as soon as
+ * the waiter is woken, while the wait, as the thread lives it, lasts until
+ * it runs again: on a busy machine the time between is a tenth of a lock
+ * wait and more.
+ *
  * Attached to the file syscalls' own tracepoints: while any syscall
  * tracepoint is on, every syscall of the machine takes the kernel's
  * tracing path, but these programs run only for the file syscalls and
@@ -78,6 +85,16 @@ struct {
 	__type(key, int);
 	__type(value, struct inflight);
 } inflight SEC(".maps");
+
+/* Followed threads inside a futex wait, by tid (ours): an entry lives from
+ * the call's entry to its exit, or to the thread's end when it is killed
+ * inside the call. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct pp_futex_wait);
+} futex_waits SEC(".maps");
 
 /* Drained by user space at each poll (every 0.5 s): a read is 64 bytes,
  * so 8 MiB holds ~130,000 reads, a second of a job reading 4 KiB records
@@ -349,6 +366,69 @@ int BPF_PROG(tree_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/* futex(2) operations that sleep (the command: op without the private
+ * and clock flags). */
+#define FUTEX_WAIT 0
+#define FUTEX_LOCK_PI 6
+#define FUTEX_WAIT_BITSET 9
+#define FUTEX_WAIT_REQUEUE_PI 11
+#define FUTEX_LOCK_PI2 13
+#define FUTEX_CMD_MASK 0x7f
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int tree_futex_enter(struct sys_enter_rec *ctx)
+{
+	__u64 uaddr = ctx->args[0], op = ctx->args[1];
+	struct pp_futex_wait v = {};
+	__u32 tgid, tid;
+
+	barrier_var(uaddr);
+	barrier_var(op);
+	switch (op & FUTEX_CMD_MASK) {
+	case FUTEX_WAIT:
+	case FUTEX_LOCK_PI:
+	case FUTEX_WAIT_BITSET:
+	case FUTEX_WAIT_REQUEUE_PI:
+	case FUTEX_LOCK_PI2:
+		break;
+	default:
+		return 0;
+	}
+	if (!current_ids(&tgid, &tid) || !bpf_map_lookup_elem(&procs, &tgid))
+		return 0;
+	v.since = bpf_ktime_get_ns();
+	v.uaddr = uaddr;
+	if (bpf_map_update_elem(&futex_waits, &tid, &v, BPF_ANY))
+		count_drop(PP_TREE_DROP_FUTEX_MAP_FULL);
+	return 0;
+}
+
+static __always_inline int futex_done(void)
+{
+	__u32 tgid, tid;
+
+	/* The lookup takes no lock, a delete its bucket's: most threads of
+	 * the machine are not in the map. */
+	if (current_ids(&tgid, &tid) && bpf_map_lookup_elem(&futex_waits, &tid))
+		bpf_map_delete_elem(&futex_waits, &tid);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int tree_futex_exit(struct sys_exit_rec *ctx)
+{
+	return futex_done();
+}
+
+/* A thread ends, perhaps inside a futex wait (a process exiting kills its
+ * other threads in theirs): its id may come back as another thread's. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(tree_thread_exit, struct task_struct *p)
+{
+	return futex_done();
+}
+
 /* probe/src/bpf/types.rs decodes these by offset. */
 _Static_assert(sizeof(struct pp_proc_io) == 32, "pp_proc_io layout");
+_Static_assert(sizeof(struct pp_futex_wait) == 16, "pp_futex_wait layout");
 _Static_assert(__builtin_offsetof(struct pp_tree_io, path) == PP_TREE_IO_HEAD, "pp_tree_io layout");

@@ -38,13 +38,13 @@ fn stall_gil(c: &Checked, who: &str) -> (f64, f64) {
 }
 
 /// The probe's share is that of its ticks (25 a second) that found the
-/// thread asleep on the GIL; the loop's own figure counts all its time
-/// neither on a CPU nor waiting for one. With the debug build the probe
-/// read 11-14 points under it (8 runs), with a release build 0-4: a
-/// tick's own burst of CPU keeps a loop thread woken right then off the
-/// two cores, and the tick finds it runnable, not asleep (a second reader
-/// of the same file beside a release build agreed with the probe to 0.2
-/// points). Hence 20 points.
+/// thread inside a futex wait on the GIL; the loop's own figure counts
+/// all its time neither on a CPU nor waiting for one. Asked of /proc, the
+/// probe (debug build) read 11-14 points under it (8 runs): a tick's own
+/// burst of CPU keeps a loop thread woken right then off the two cores,
+/// and /proc calls it runnable, no longer asleep. The BPF side holds a
+/// wait until the call returns: −8 to +7 points (4 runs), the spread of
+/// ~200 ticks of a thread waiting half its time. Hence 20 points.
 ///
 /// Without workers, a thread of the training process that runs Python
 /// without end makes the loader wait for the GIL: the probe's share of

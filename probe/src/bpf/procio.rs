@@ -1,13 +1,14 @@
 //! The process-tree file-read object (bpf/procio.bpf.c): loading it,
 //! attaching it to the file syscalls' tracepoints and the fork tracepoint,
-//! the processes it follows and their counters, its file events and drops.
+//! the processes it follows and their counters, its file events and drops,
+//! and which of their threads are inside a futex wait (`FutexWaits`).
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer};
 
 use super::maps::{percpu_counters, read_map, reader};
 use super::stats::ProgRef;
@@ -20,11 +21,12 @@ mod skel {
 use skel::{ProcioSkel, ProcioSkelBuilder};
 
 /// Names of `enum pp_tree_drop`, in order.
-pub const TREE_DROP_NAMES: [&str; 4] = [
+pub const TREE_DROP_NAMES: [&str; 5] = [
     "io_process_map_full",
     "io_task_storage_failed",
     "io_ringbuf_full",
     "io_child_without_pid",
+    "futex_wait_map_full",
 ];
 
 /// Syscalls whose tracepoints the object follows (x86-64 names).
@@ -73,6 +75,19 @@ impl<'obj> ProcIoBpf<'obj> {
             source,
         })?;
         self.links.push(fork);
+        for (prog, what) in [
+            (&p.tree_thread_exit, "thread exit tracepoint"),
+            (&p.tree_futex_enter, "futex tracepoint"),
+            (&p.tree_futex_exit, "futex tracepoint"),
+        ] {
+            let l = prog.attach().map_err(|source| BpfError::Attach {
+                what,
+                lib: "kernel tracepoint".into(),
+                offset: 0,
+                source,
+            })?;
+            self.links.push(l);
+        }
         for name in SYSCALLS {
             for (prog, dir) in [(&p.tree_sys_enter, "enter"), (&p.tree_sys_exit, "exit")] {
                 let l = prog
@@ -124,6 +139,15 @@ impl<'obj> ProcIoBpf<'obj> {
         let _ = self.skel.maps.procs.delete(&(pid as u32).to_ne_bytes());
     }
 
+    /// A reader of the followed threads' futex waits, for another thread.
+    pub fn futex_waits(&self) -> Result<FutexWaits, BpfError> {
+        let handle = |name, m| MapHandle::try_from(m).map_err(|e| BpfError::Map(name, e));
+        Ok(FutexWaits {
+            waits: handle("futex_waits", &self.skel.maps.futex_waits)?,
+            procs: handle("procs", &self.skel.maps.procs)?,
+        })
+    }
+
     /// Every followed process and its counters now.
     pub fn processes(&self) -> Result<Vec<(i32, ProcIoCounters)>, BpfError> {
         read_map("procs", &self.skel.maps.procs, |k, v| {
@@ -157,5 +181,37 @@ impl<'obj> ProcIoBpf<'obj> {
     pub fn programs(&self) -> Vec<ProgRef> {
         use libbpf_rs::skel::Skel;
         super::stats::programs_of(self.skel.object())
+    }
+}
+
+/// Which threads of the followed processes are inside a futex wait now
+/// (bpf/procio.bpf.c `futex_waits`): from the call's entry to its return,
+/// so a waiter woken but not yet run still waits. Its own copies of the
+/// maps' descriptors: it is read from the stage sampler's thread.
+#[derive(Debug)]
+pub struct FutexWaits {
+    waits: MapHandle,
+    procs: MapHandle,
+}
+
+impl FutexWaits {
+    /// The futex word thread `tid` (our namespace) sleeps on now; Ok(None)
+    /// when it is in no futex wait. Known only for the threads of a
+    /// followed process (`follows`).
+    pub fn word(&self, tid: i32) -> Result<Option<u64>, BpfError> {
+        let v = self
+            .waits
+            .lookup(&(tid as u32).to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| BpfError::Map("futex_waits", e))?;
+        Ok(v.and_then(|v| Some(u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?))))
+    }
+
+    /// Whether process `pid`'s waits are recorded.
+    pub fn follows(&self, pid: i32) -> bool {
+        matches!(
+            self.procs
+                .lookup(&(pid as u32).to_ne_bytes(), MapFlags::ANY),
+            Ok(Some(_))
+        )
     }
 }

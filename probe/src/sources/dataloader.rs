@@ -539,11 +539,16 @@ impl Source for DataLoaderSource<'_> {
             // a real error.
             match loader::find(&self.py) {
                 Ok(Some(reader)) => {
+                    let futex = match &self.io {
+                        FileReads::Measured(io) => io.futex_waits(),
+                        FileReads::NotMeasured(_) => None,
+                    };
                     self.sampler = Some(StageSampler::start(
                         &self.py,
                         Box::new(reader),
                         self.hz,
                         self.thin.clone(),
+                        futex,
                     )?);
                     self.sampled_wall_ns.0 = now_ns().1;
                 }

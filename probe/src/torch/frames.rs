@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::bpf::procio::FutexWaits;
 use crate::mem::{word_at, Memory};
 use crate::python::{Offsets, PyProcess};
 use crate::torch::gil::{Gil, Wait};
@@ -165,6 +166,13 @@ impl Frames {
             gil: Gil::new(&py.config),
             pthread_tids: HashMap::new(),
         }
+    }
+
+    /// Tells the threads' futex waits from the BPF side's record, where it
+    /// follows the process (`crate::torch::gil`).
+    pub fn with_futex_waits(mut self, futex: Option<Arc<FutexWaits>>) -> Frames {
+        self.gil = self.gil.with_futex_waits(futex);
+        self
     }
 
     /// The stacks of a process forked from the parent whose other forked

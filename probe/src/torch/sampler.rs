@@ -29,6 +29,7 @@ use super::pace::{self, Jitter, COUNTS_PER_TICK, SLOWED};
 use super::spans::{Role, Seen, StageSpans};
 use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
 use super::worker_ticks::{wait_of, worker_stages, WorkerThread};
+use crate::bpf::procio::FutexWaits;
 use crate::clock::now_ns;
 use crate::cost::Thin;
 use crate::python::PyProcess;
@@ -189,17 +190,21 @@ impl Recorder {
 }
 
 impl StageSampler {
-    /// Starts sampling the training process `py` at `hz`.
+    /// Starts sampling the training process `py` at `hz`; the threads'
+    /// lock and GIL waits from `futex` where it follows their process,
+    /// else from /proc (`crate::torch::gil`).
     pub fn start(
         py: &PyProcess,
         reader: Box<dyn LoaderReader>,
         hz: u32,
         thin: Thin,
+        futex: Option<FutexWaits>,
     ) -> std::io::Result<Self> {
+        let futex = futex.map(Arc::new);
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Mutex::new(Observed::default()));
         let mut run = Run {
-            training: Frames::new(py),
+            training: Frames::new(py).with_futex_waits(futex.clone()),
             training_name: format!("training loop (pid {})", py.pid).into(),
             parent: py.clone(),
             workers: HashMap::new(),
@@ -212,6 +217,7 @@ impl StageSampler {
             shared: shared.clone(),
             period: Duration::from_secs_f64(1.0 / f64::from(hz.max(1))),
             thin,
+            futex,
         };
         let s = stop.clone();
         let handle = std::thread::Builder::new()
@@ -299,6 +305,8 @@ struct Run {
     period: Duration,
     /// The cost meter's say: a quarter of the ticks once it slows us.
     thin: Thin,
+    /// The BPF side's futex waits, for every process's `Frames`.
+    futex: Option<Arc<FutexWaits>>,
 }
 
 /// Reads of the training process again for one partial loop stack.
@@ -523,7 +531,7 @@ impl Run {
                 None => PyProcess::attach(pid).map(|py| Frames::new(&py)),
             };
             let frames = match attached {
-                Ok(f) => Some(f),
+                Ok(f) => Some(f.with_futex_waits(self.futex.clone())),
                 Err(e) => {
                     debug!(pid, "worker's interpreter not readable: {e}");
                     if let Ok(mut o) = self.shared.lock() {

@@ -6,7 +6,8 @@
 //! are its events' sums plus its lost reads. Its counts and its files then
 //! cover the same reads: counts read from the map beside the events would
 //! take in the reads that end between the cut's instant and the map's read
-//! on one side only.
+//! on one side only. The same object records which of the tree's threads
+//! sleep in a futex (`futex_waits`), for the stage sampler's waits.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -16,7 +17,7 @@ use libbpf_rs::OpenObject;
 use plumber_collector::event::{DropCount, FileIo};
 use tracing::debug;
 
-use crate::bpf::procio::{ProcIoBpf, TREE_DROP_NAMES};
+use crate::bpf::procio::{FutexWaits, ProcIoBpf, TREE_DROP_NAMES};
 use crate::bpf::types::{ProcIoCounters, TreeIoEvent, IO_OPEN, IO_READ};
 use crate::bpf::{BpfError, RingFeed};
 use crate::target;
@@ -244,6 +245,16 @@ impl<'obj> ProcIo<'obj> {
         v
     }
 
+    /// A reader of which followed threads sleep in a futex, for the stage
+    /// sampler's thread; None when the map cannot be shared (the sampler
+    /// then asks /proc).
+    pub fn futex_waits(&self) -> Option<FutexWaits> {
+        self.bpf
+            .futex_waits()
+            .map_err(|e| debug!("futex waits from /proc instead: {e}"))
+            .ok()
+    }
+
     /// The BPF programs, for the cost meter.
     pub fn programs(&self) -> Vec<crate::bpf::stats::ProgRef> {
         self.bpf.programs()
@@ -466,6 +477,42 @@ mod tests {
         let all: u64 = cut.files.iter().map(|f| f.bytes_read).sum();
         let counted: u64 = cut.processes.iter().map(|p| p.counters.bytes).sum();
         assert_eq!(all, counted);
+        assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
+    }
+
+    /// This process's threads, followed: one blocked on a channel is in a
+    /// futex wait on the channel's word until it is woken and has run,
+    /// one asleep is in none, and a thread that ended leaves nothing.
+    /// Needs root.
+    #[test]
+    fn a_thread_in_a_futex_wait_is_recorded_until_it_returns() {
+        if !root() {
+            return;
+        }
+        let mut obj = MaybeUninit::uninit();
+        let io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
+        let waits = io.futex_waits().expect("futex waits");
+        assert!(waits.follows(std::process::id() as i32));
+        let tid_of = || nix::unistd::gettid().as_raw();
+        let (tx, rx) = std::sync::mpsc::channel::<i32>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let blocked = std::thread::spawn(move || {
+            let _ = tx.send(tid_of());
+            let _ = go_rx.recv();
+        });
+        let (tx2, rx2) = std::sync::mpsc::channel::<i32>();
+        let sleeper = std::thread::spawn(move || {
+            let _ = tx2.send(tid_of());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        });
+        let (tid, asleep) = (rx.recv().expect("tid"), rx2.recv().expect("tid"));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(waits.word(tid).expect("read").is_some_and(|w| w != 0));
+        assert_eq!(waits.word(asleep).expect("read"), None);
+        drop(go_tx);
+        let _ = blocked.join();
+        let _ = sleeper.join();
+        assert_eq!(waits.word(tid).expect("read"), None);
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
 
