@@ -7,7 +7,8 @@
 //! 3.13 (pyenv's, and a static /usr/bin/python3.11 where there is one):
 //! every value must match exactly, and the iterators the workload's frames
 //! hold (a local, the loop's value stack, an attribute of a local, an item
-//! of a dict in a closure's cell) must be found where it says. With
+//! of a dict in a closure's cell, a global of the module's own frame) must
+//! be found where it says. With
 //! threads that take turns at the GIL, the stage sampler's view of each
 //! thread (its kernel id, whether it waits for the GIL) against the
 //! threads' own word.
@@ -32,7 +33,7 @@ fn check(python: &Path, what: &str) -> Vec<String> {
     let lines = w.snapshot_lines();
     let checks = json_lines(&lines, "CHECK ");
     let finds = json_lines(&lines, "FIND ");
-    assert!(checks.len() >= 30 && finds.len() == 4, "{what}: {lines:?}");
+    assert!(checks.len() >= 30 && finds.len() == 5, "{what}: {lines:?}");
     let pid = w.pid.to_string();
     let mut args = vec!["py-objects".to_string(), "--pid".into(), pid];
     for c in &checks {
@@ -43,7 +44,13 @@ fn check(python: &Path, what: &str) -> Vec<String> {
         );
         args.extend(["--read".to_string(), spec]);
     }
-    for t in ["LoopIter", "LocalIter", "HeldIter", "DictIter"] {
+    for t in [
+        "LoopIter",
+        "LocalIter",
+        "HeldIter",
+        "DictIter",
+        "GlobalIter",
+    ] {
         args.extend(["--find".to_string(), t.to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -71,17 +78,19 @@ fn check(python: &Path, what: &str) -> Vec<String> {
     }
     let found = out["found"].as_array().expect("found");
     for f in &finds {
-        let via = match f["via"].as_str() {
-            Some("local") => "local it",
-            Some("attr") => "local loader._iterator",
-            Some("item") => "local held[\"it\"]",
-            _ => "stack 0",
+        let (via, function) = match f["via"].as_str() {
+            Some("local") => ("local it", "main"),
+            Some("attr") => ("local loader._iterator", "main"),
+            Some("item") => ("local held[\"it\"]", "main"),
+            // The module's own frame, running main(): its namespace.
+            Some("global") => ("global GLOBAL_ITER", "<module>"),
+            _ => ("stack 0", "main"),
         };
         assert!(
             found.iter().any(|g| g["addr"] == f["id"]
                 && g["type"] == f["type"]
                 && g["via"] == via
-                && g["function"] == "main"),
+                && g["function"] == function),
             "{what}: {f} not found as {via} in {found:?}"
         );
     }

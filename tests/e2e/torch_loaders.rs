@@ -11,7 +11,7 @@ use crate::torch::{num, Case};
 
 #[test]
 fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
-    attached_in_a_validation_pass(&[]);
+    attached_in_a_validation_pass("torch_pyxform.py", &[]);
 }
 
 /// The training loader of a class of the job's own, with DataLoader in
@@ -19,13 +19,29 @@ fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
 /// from the validation one as before.
 #[test]
 fn dataloader_of_a_derived_class_is_found_as_the_training_one() {
-    attached_in_a_validation_pass(&["--loader-class", "derived"]);
+    attached_in_a_validation_pass("torch_pyxform.py", &["--loader-class", "derived"]);
+}
+
+/// The loop at module level, as a script's top-level code or a notebook
+/// cell runs it: both loaders and the training iterator are globals, held
+/// by no function's frame, and the validation pass's iterator is often
+/// allocated where the training epoch's last one was freed.
+#[test]
+fn dataloader_loop_at_module_level_follows_the_training_one() {
+    attached_in_a_validation_pass("torch_toplevel.py", &[]);
+}
+
+/// The same with `for batch in train_loader:` at module level: the
+/// training iterator is on the module frame's value stack only.
+#[test]
+fn dataloader_for_loop_at_module_level_follows_the_training_one() {
+    attached_in_a_validation_pass("torch_toplevel.py", &["--for-loop"]);
 }
 
 /// Validation takes about as long as an epoch's training (2,048 samples
 /// in order against 1,024 shuffled), so that the probe, started as a
 /// pass begins, attaches in the middle of it.
-fn attached_in_a_validation_pass(extra: &[&'static str]) {
+fn attached_in_a_validation_pass(script: &'static str, extra: &[&'static str]) {
     let mut args = vec![
         "--num-workers",
         "2",
@@ -36,7 +52,7 @@ fn attached_in_a_validation_pass(extra: &[&'static str]) {
     ];
     args.extend_from_slice(extra);
     let case = Case {
-        script: "torch_pyxform.py",
+        script,
         args: &args,
         seconds: 8.0,
     };

@@ -93,6 +93,11 @@ class DictIter:
         self._num_yielded = 3
 
 
+class GlobalIter:
+    def __init__(self):
+        self._num_yielded = 5
+
+
 class Loader:
     def __init__(self):
         self._iterator = HeldIter()
@@ -116,6 +121,13 @@ def expect(obj, path, value):
     else:
         raise TypeError(value)
     print("CHECK " + json.dumps({"id": hex(id(obj)), "path": path, "value": v}))
+
+
+def announce_global():
+    """The object only the module's namespace holds, as a script's top-level loader: read
+    here, in a frame gone once it returns, so that no stale slot of main's holds it too."""
+    g = sys.modules[__name__].GLOBAL_ITER
+    print("FIND " + json.dumps({"id": hex(id(g)), "type": type(g).__name__, "via": "global"}))
 
 
 def main():
@@ -176,6 +188,7 @@ def main():
     def peek():
         return held["it"]
 
+    announce_global()
     for found, via in ((it, "local"), (loader._iterator, "attr"), (peek(), "item")):
         print("FIND " + json.dumps({"id": hex(id(found)), "type": type(found).__name__,
                                     "via": via}))
@@ -200,4 +213,5 @@ def _spin():
 
 
 if __name__ == "__main__":
+    GLOBAL_ITER = GlobalIter()
     main()

@@ -6,7 +6,10 @@
 //! `it = iter(loader)` keeps it in a local; a DataLoader with persistent
 //! workers keeps it as `loader._iterator`; a loop that calls `next()`
 //! itself may keep it in a dict (`state["it"]`), where it is on no frame
-//! between two calls.
+//! between two calls. Code running at module level (a script's loop, a
+//! notebook's cell) keeps its names in the module's globals, the frame's
+//! namespace (`f_locals`): its items are looked through too, up to
+//! `MAX_NAMESPACE_ITEMS`, though not their attributes.
 //!
 //! While a frame runs, CPython does not store its stack's top (3.9
 //! `f_stacktop` is NULL, 3.10 `f_stackdepth` and 3.11+ `stacktop` are -1):
@@ -32,6 +35,9 @@ const MAX_SLOTS: u64 = 1 << 16;
 /// Most items of a dict a frame holds looked through: a state dict holds
 /// a few; a big one (a cache, a vocabulary) would cost a read per item.
 const MAX_DICT_ITEMS: u64 = 64;
+/// Most names of a frame's namespace (a module's globals) looked through:
+/// a script's or a notebook's are a few hundred at most; each costs a read.
+const MAX_NAMESPACE_ITEMS: u64 = 512;
 /// Most classes of an MRO read: a class hierarchy is a few deep; a longer
 /// tuple is not an MRO.
 const MAX_MRO: u64 = 32;
@@ -72,6 +78,8 @@ enum Inside {
     Attrs,
     /// A dict's items.
     Items,
+    /// A frame's namespace's items (a module's globals).
+    Namespace,
 }
 
 /// One look through the frames: what is wanted, what was found, and when
@@ -114,18 +122,20 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
             return false;
         }
         let s = at.slots;
-        let mut via = if at.i < s.nlocals {
-            format!("local {}", objs.local_name(s.code, at.i))
-        } else {
-            format!("stack {}", at.i - s.nlocals)
+        let slot = || {
+            if at.i < s.nlocals {
+                format!("local {}", objs.local_name(s.code, at.i))
+            } else {
+                format!("stack {}", at.i - s.nlocals)
+            }
         };
-        if let Some((key, inside)) = at.key {
-            let name = objs.key_name(key).unwrap_or_else(|| "?".into());
-            via = match inside {
-                Inside::Items => format!("{via}[{name:?}]"),
-                _ => format!("{via}.{name}"),
-            };
-        }
+        let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
+        let via = match at.key {
+            None => slot(),
+            Some((key, Inside::Namespace)) => format!("global {}", name(key)),
+            Some((key, Inside::Items)) => format!("{}[{:?}]", slot(), name(key)),
+            Some((key, _)) => format!("{}.{}", slot(), name(key)),
+        };
         let f = Found {
             addr,
             type_name,
@@ -144,6 +154,8 @@ struct Slots {
     code: u64,
     words: Vec<u64>,
     nlocals: usize,
+    /// The frame's namespace (`f_locals`), a dict; 0 when it has none.
+    namespace: u64,
 }
 
 impl Objects {
@@ -244,6 +256,25 @@ impl Objects {
                     return Ok(look.out);
                 }
             }
+            // A module's globals: after every frame's slots when those
+            // come first, as an instance's attributes do.
+            let ns = slots.namespace;
+            if ns == 0 || !self.is_dict(ns, &mut look.types) {
+                continue;
+            }
+            if slots_first {
+                instances.push((k, 0, ns, Inside::Namespace));
+                continue;
+            }
+            let at = Where {
+                thread_id: *thread_id,
+                slots,
+                i: 0,
+                key: None,
+            };
+            if self.look_inside(&mut look, &at, ns, Inside::Namespace) {
+                return Ok(look.out);
+            }
         }
         for (k, i, obj, inside) in instances {
             let (thread_id, slots) = &frames[k];
@@ -273,6 +304,7 @@ impl Objects {
         let entries = match inside {
             Inside::Attrs => self.attr_values(obj).ok(),
             Inside::Items => self.dict_items(obj, MAX_DICT_ITEMS).ok().flatten(),
+            Inside::Namespace => self.dict_items(obj, MAX_NAMESPACE_ITEMS).ok().flatten(),
             Inside::Nothing => None,
         };
         for (key, v) in entries.unwrap_or_default() {
@@ -316,6 +348,12 @@ impl Objects {
             Inside::Nothing
         };
         Some((obj, t, name, inside))
+    }
+
+    /// Whether `obj` is a live dict (or of a dict's subclass).
+    fn is_dict(&self, obj: u64, types: &mut Types) -> bool {
+        self.type_named(obj, types)
+            .is_some_and(|(t, _)| t.flags & TPFLAGS_DICT_SUBCLASS != 0)
     }
 
     /// The type of the object at `obj` and its name, as
@@ -462,10 +500,12 @@ impl Objects {
             None => stacksize,
         };
         let words = self.words(base, nslots + depth)?;
+        let namespace = self.mem.u64(f + l.f_namespace)?;
         Ok(Some(Slots {
             code,
             words,
             nlocals: nslots as usize,
+            namespace: if user_addr(namespace) { namespace } else { 0 },
         }))
     }
 

@@ -56,6 +56,11 @@ pub struct Layout {
     /// Frames: where the locals start (`f_localsplus` of `PyFrameObject`,
     /// `localsplus` of `_PyInterpreterFrame`).
     pub f_locals: u64,
+    /// Frames: `f_locals`, the frame's namespace as a dict: a module's
+    /// globals while its code runs at module level, a class body's
+    /// namespace; NULL in a function's frame (3.9/3.10: unless `locals()`
+    /// made a copy of its locals).
+    pub f_namespace: u64,
     /// 3.9/3.10 `PyFrameObject.f_valuestack` (a pointer).
     pub f_valuestack: Option<u64>,
     /// The stack's top: 3.9 `f_stacktop` (a pointer, NULL while the frame
@@ -111,6 +116,7 @@ pub fn table(minor: u32) -> Option<Layout> {
         // f_trace_lines/opcodes, f_gen, f_lasti, f_lineno, f_iblock,
         // f_executing, f_blockstack[20], f_localsplus.
         f_locals: 360,
+        f_namespace: 56,
         f_valuestack: Some(64),
         f_stacktop: 72,
         // PyCodeObject: argcount, posonlyargcount, kwonlyargcount,
@@ -143,6 +149,7 @@ pub fn table(minor: u32) -> Option<Layout> {
             ht_name: 848,
             ht_cached_keys: 872,
             f_locals: 72,
+            f_namespace: 24,
             f_valuestack: None,
             f_stacktop: 64,
             co_nlocals: 76,
@@ -162,6 +169,7 @@ pub fn table(minor: u32) -> Option<Layout> {
             ht_name: 856,
             ht_cached_keys: 880,
             f_locals: 72,
+            f_namespace: 40,
             f_valuestack: None,
             f_stacktop: 64,
             co_nlocals: 72,
@@ -178,6 +186,8 @@ pub fn table(minor: u32) -> Option<Layout> {
 /// 3.13's layout: what `_Py_DebugOffsets` (`b`, read from the start of
 /// `_PyRuntime`) publishes, the rest as 3.12 with 3.13's own sizes
 /// (PyHeapTypeObject 928 bytes: _spec_cache gained `init`;
+/// `_PyInterpreterFrame.f_locals` follows `f_executable`, `previous`,
+/// `f_funcobj`, `f_globals` and `f_builtins`, as in 3.12;
 /// `PyDictValues` has a 4-byte header; `_PyInterpreterFrame.stacktop` and
 /// the code object's ints are where 3.12 had them). None unless `b` is
 /// 3.13's (non-free-threaded) struct.

@@ -13,6 +13,7 @@ use anyhow::{Context, Result};
 use tracing::debug;
 
 use super::count::Count;
+use super::ident::Ident;
 use super::owner::{self, dataset_of, Owners};
 use super::sampler::{LoaderReader, LoaderState};
 use crate::python::{Found, Objects, PyProcess, PyValue};
@@ -55,6 +56,10 @@ pub struct IterReader {
     prompted: bool,
     /// Times the loader followed was gone and the one running followed.
     replaced: u64,
+    /// The last count read found the iterator known still where it was
+    /// (its `Ident` unchanged): the loop's calls on that object are the
+    /// followed loader's without another look.
+    unchanged: Cell<bool>,
 }
 
 /// The cached slots, valid while the iterator is `ident`.
@@ -129,6 +134,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         owners,
         prompted: false,
         replaced: 0,
+        unchanged: Cell::new(false),
     }))
 }
 
@@ -178,59 +184,6 @@ fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Lo
     })
 }
 
-/// What says an object is still the one whose attribute slot was cached:
-/// the words where CPython keeps where its attributes are (3.11+: the two
-/// words before its GC header, the managed dict and values; 3.9/3.10: its
-/// dict pointer at `tp_dictoffset`), read with its header in one read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Ident {
-    storage: [u64; 2],
-    dict: u64,
-    /// `tp_dictoffset` when the dict pointer lies in the words read.
-    dict_word: Option<u64>,
-}
-
-impl Ident {
-    /// The dict holding the object's attributes, if they are in one:
-    /// 3.9/3.10 its `tp_dictoffset` word; 3.11+ the managed dict pointer
-    /// at `obj - 24` (3.12 tags inline values there with bit 0).
-    fn dict_addr(&self) -> Option<u64> {
-        let d = match self.dict_word {
-            Some(_) => self.dict,
-            None => self.storage[1],
-        };
-        (d != 0 && d & 1 == 0).then_some(d)
-    }
-
-    /// Reads `[obj - 32, obj + 32)`; None unless the object is alive and
-    /// of type `ty` (`Ident::of`).
-    fn read(objs: &Objects, obj: u64, ty: u64, dict_word: Option<u64>) -> Option<Ident> {
-        let b = objs.bytes(obj.checked_sub(32)?, 64).ok()?;
-        Ident::of(&b, ty, dict_word)
-    }
-
-    /// The ident in the 64 bytes around an object, `[obj - 32, obj + 32)`,
-    /// if they hold a live object of type `ty`: a reference held, and
-    /// tracked by the GC (its next link set). A freed iterator keeps its
-    /// type word until the memory is reused, and its previous link keeps
-    /// the "finalized" bit its `__del__` set, so neither says it is gone;
-    /// its refcount is 0 and, from 3.11 on, its next link too (before,
-    /// the allocator's free list may be written there).
-    fn of(b: &[u8], ty: u64, dict_word: Option<u64>) -> Option<Ident> {
-        let w = |i: usize| crate::mem::word_at(b, i * 8);
-        // -32, -24: storage; -16: GC next, -8: GC prev; 0: refcount;
-        // +8: type.
-        if w(2) == 0 || w(4) == 0 || w(5) != ty {
-            return None;
-        }
-        Some(Ident {
-            storage: [w(0), w(1)],
-            dict: dict_word.map_or(0, |d| w(4 + d as usize / 8)),
-            dict_word,
-        })
-    }
-}
-
 impl IterReader {
     /// The int (or bool) at `at`.
     fn int_of(&self, at: u64) -> Option<i128> {
@@ -250,6 +203,20 @@ impl IterReader {
     /// there (`Ident::of`).
     fn still_there(&self) -> bool {
         Ident::read(&self.objs, self.iter, self.iter_type, None).is_some()
+    }
+
+    /// Whether another loader's iterator now lies where the one known was:
+    /// an object whose `Ident` is not the one cached, serving another
+    /// dataset than the followed one. An iterator freed at an epoch's end
+    /// leaves its address to the next one allocated, often the validation
+    /// loader's; read through the slots cached, its counts would be taken
+    /// for the followed loader's.
+    fn taken_over(&self) -> bool {
+        let (Some(sl), Some(d)) = (self.slots.as_ref(), self.owners.dataset()) else {
+            return false;
+        };
+        let now = Ident::read(&self.objs, self.iter, self.iter_type, sl.ident.dict_word);
+        now.as_ref() != Some(&sl.ident) && dataset_of(&self.objs, self.iter) != Some(d)
     }
 
     /// The counts through the cached slots: one read of the iterator's
@@ -281,7 +248,9 @@ impl IterReader {
         if self.objs.read_many(&mut parts) != n {
             return None;
         }
-        if Ident::of(&head, self.iter_type, sl.ident.dict_word)? != sl.ident {
+        let same = Ident::of(&head, self.iter_type, sl.ident.dict_word).as_ref() == Some(&sl.ident);
+        self.unchanged.set(same);
+        if !same {
             return None;
         }
         let word = |b: &[u8], at: usize| crate::mem::word_at(b, at);
@@ -413,8 +382,10 @@ impl IterReader {
 impl LoaderReader for IterReader {
     fn serves(&mut self, frame: u64) -> Option<bool> {
         let obj = self.objs.first_local(frame).ok()?;
-        if obj == self.iter {
-            // Checked at every count read.
+        if obj == self.iter && self.unchanged.get() {
+            // Checked at every count read. Another object at its address
+            // (a validation pass's iterator where the training one was
+            // freed) is told by its dataset.
             return Some(true);
         }
         self.owners.serves(&self.objs, obj)
@@ -447,7 +418,7 @@ impl LoaderReader for IterReader {
         // first seen prompts a look too: the job may have made it to
         // replace this one, whose last iterator, done, can live on until
         // the GC frees it (a cycle), reading as alive.
-        let alive = self.still_there();
+        let alive = self.still_there() && !self.taken_over();
         let prompted = std::mem::take(&mut self.prompted);
         let mut looked = !alive || prompted;
         if alive && !prompted && self.looked.elapsed() >= LOOK_EVERY {
@@ -487,7 +458,7 @@ impl LoaderReader for IterReader {
             self.looked = Instant::now();
             self.looked_at = self.counted();
         }
-        if !self.still_there() {
+        if !self.still_there() || self.taken_over() {
             debug!(iter = self.iter, "the DataLoader iterator is gone");
             return None;
         }
@@ -586,39 +557,5 @@ impl IterReader {
             self.owners.follow(&self.objs, d);
         }
         Some(state)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TY: u64 = 0x7f00_0000_1000;
-
-    /// The 64 bytes around an object: storage, GC next and prev, refcount,
-    /// type, and two words of its body.
-    fn around(words: [u64; 8]) -> Vec<u8> {
-        words.iter().flat_map(|w| w.to_ne_bytes()).collect()
-    }
-
-    #[test]
-    fn a_live_iterator_is_known_by_its_storage() {
-        let b = around([0xa0, 0xb0, 0x7f00_0000_2000, 0x7f00_0000_3000, 3, TY, 0, 0]);
-        let id = Ident::of(&b, TY, None).expect("alive");
-        assert_eq!(id.storage, [0xa0, 0xb0]);
-        assert!(Ident::of(&b, TY + 8, None).is_none(), "another type");
-    }
-
-    #[test]
-    fn a_freed_iterator_is_gone_though_its_type_word_stays() {
-        // 3.11+: `__del__` ran (the finalized bit stays in GC prev), the GC
-        // untracked it (next 0), the refcount fell to 0, the allocator's
-        // free list wrote the first word.
-        let b = around([0x7f00_0000_4000, 0xb0, 0, 1, 0, TY, 0, 0]);
-        assert!(Ident::of(&b, TY, None).is_none());
-        // 3.9/3.10: the block starts at the GC header, so the free list is
-        // written where the next link was; the refcount still says 0.
-        let b = around([0xa0, 0xb0, 0x7f00_0000_4000, 1, 0, TY, 0, 0]);
-        assert!(Ident::of(&b, TY, None).is_none());
     }
 }

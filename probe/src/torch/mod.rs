@@ -5,13 +5,14 @@
 //! runs (`loader.rs`); a sampler reads every thread's Python stack in the
 //! training process and the workers to tell the stages apart
 //! (`sampler.rs`, `stage.rs`), and its ticks become trace.json's spans
-//! (`spans.rs`). Nothing here is attached to the target: no uprobe, no
-//! BPF, only process_vm_readv and /proc (the job's file reads are
-//! `crate::usage::proc_io`'s).
+//! (`spans.rs`). Nothing here is attached to the target: no uprobe, only
+//! process_vm_readv and /proc, and the futex waits the job's file-read
+//! BPF object records (`crate::usage::proc_io`; `gil.rs` reads them).
 
 pub mod count;
 pub mod frames;
 pub mod gil;
+mod ident;
 pub mod loader;
 mod owner;
 pub mod pace;

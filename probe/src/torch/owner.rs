@@ -21,6 +21,7 @@ use std::collections::HashMap;
 
 use tracing::debug;
 
+use super::ident::Ident;
 use crate::python::{ObjError, Objects};
 
 /// Objects looked up kept at most (a loader or two, an iterator an epoch).
@@ -51,16 +52,27 @@ pub(super) struct Owners {
     /// Its type object, to tell when it is freed: a job that makes a new
     /// dataset and loader each epoch drops the old ones.
     dataset_type: Option<u64>,
-    /// By object address: where it keeps its dataset (the slot of the
-    /// value's pointer) and the dataset seen there. A freed iterator's
-    /// address is soon another's (an epoch's iterator of the other
-    /// loader): the slot is read again at every check, and a value that
+    /// By object address: what was told of the object there. A freed
+    /// iterator's address is soon another's (an epoch's iterator of the
+    /// other loader), whose attributes lie elsewhere while the old slot
+    /// may still hold the old dataset: the object's `Ident` and the slot
+    /// are read again at every check, and an object or a value that
     /// changed is looked up anew.
-    known: HashMap<u64, (u64, u64)>,
+    known: HashMap<u64, Told>,
     /// A loader object not the followed one's was told since the last
     /// `take_news`: a pass of another loader began, or a loader the job
     /// made anew took the followed one's place.
     news: bool,
+}
+
+/// A loader object told: where it keeps its dataset (the slot of the
+/// value's pointer), the dataset seen there, and what says it is still
+/// the same object.
+struct Told {
+    slot: u64,
+    seen: u64,
+    ty: u64,
+    ident: Ident,
 }
 
 impl Owners {
@@ -107,9 +119,9 @@ impl Owners {
     /// followed yet, or `obj` unreadable), or when it serves another and
     /// the followed one's dataset was freed: then it is the followed
     /// loader's successor, not another loader beside it, and the next
-    /// state read follows it. One read when `obj` was told before and its
-    /// dataset is still the one seen then, and one more when that is not
-    /// the followed dataset.
+    /// state read follows it. One call to the kernel when `obj` was told
+    /// before, is still the same object and its dataset still the one
+    /// seen then, and one more when that is not the followed dataset.
     pub(super) fn serves(&mut self, objs: &Objects, obj: u64) -> Option<bool> {
         let told = self.told(objs, obj)?;
         if !told && self.dataset_freed(objs) {
@@ -120,12 +132,16 @@ impl Owners {
 
     fn told(&mut self, objs: &Objects, obj: u64) -> Option<bool> {
         let want = self.dataset?;
-        if let Some(&(slot, seen)) = self.known.get(&obj) {
-            if objs.word(slot).ok() == Some(seen) {
-                return Some(seen == want);
+        if let Some(t) = self.known.get(&obj) {
+            if still_told(objs, obj, t) {
+                return Some(t.seen == want);
             }
         }
-        objs.type_of(obj).ok()?;
+        let ty = objs.type_of(obj).ok()?;
+        let dict_word = u64::try_from(ty.dictoffset)
+            .ok()
+            .filter(|&d| d > 0 && d <= 24);
+        let ident = Ident::read(objs, obj, ty.addr, dict_word)?;
         let slot = DATASET_ATTRS
             .into_iter()
             .find_map(|name| objs.attr_slot(obj, name).ok().flatten())?
@@ -134,10 +150,32 @@ impl Owners {
         if self.known.len() >= MAX_KNOWN {
             self.known.clear();
         }
-        self.known.insert(obj, (slot, seen));
+        self.known.insert(
+            obj,
+            Told {
+                slot,
+                seen,
+                ty: ty.addr,
+                ident,
+            },
+        );
         self.news |= seen != want;
         Some(seen == want)
     }
+}
+
+/// Whether the object told as `t` is still at `obj` with the same
+/// dataset: its header and storage words, and its dataset slot, in one
+/// call to the kernel.
+fn still_told(objs: &Objects, obj: u64, t: &Told) -> bool {
+    let (mut head, mut value) = ([0u8; 64], [0u8; 8]);
+    let Some(start) = obj.checked_sub(32) else {
+        return false;
+    };
+    let mut parts: Vec<(u64, &mut [u8])> = vec![(start, &mut head), (t.slot, &mut value)];
+    objs.read_many(&mut parts) == 2
+        && Ident::of(&head, t.ty, t.ident.dict_word).as_ref() == Some(&t.ident)
+        && u64::from_ne_bytes(value) == t.seen
 }
 
 /// The dataset of the training loader among the DataLoaders the frames
