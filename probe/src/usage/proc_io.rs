@@ -559,6 +559,81 @@ mod tests {
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
 
+    /// What a futex wait costs in the BPF programs (the kernel's run-time
+    /// statistics), for a process not followed and for a followed one:
+    /// two of this process's threads hand a token back and forth through
+    /// a mutex and a condition variable (a futex wait and a wake each
+    /// way), first with only a `sleep` child followed, then with this
+    /// process followed too. BENCHMARKS.md: `sudo cargo test --release
+    /// -p plumber-probe --bins procio_futex_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn procio_futex_cost() {
+        use crate::bpf::stats::{enable_run_time_stats, open_program, run_stats};
+        use std::os::fd::AsFd;
+        use std::sync::{Arc, Condvar, Mutex};
+        const ROUNDS: u32 = 20_000;
+        let ping_pong = || {
+            let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+            let other = pair.clone();
+            let t = std::time::Instant::now();
+            let h = std::thread::spawn(move || {
+                let (m, c) = &*other;
+                for i in 0..ROUNDS {
+                    let mut g = c
+                        .wait_while(m.lock().expect("lock"), |v| *v != 2 * i + 1)
+                        .expect("wait");
+                    *g += 1;
+                    c.notify_one();
+                }
+            });
+            let (m, c) = &*pair;
+            for i in 0..ROUNDS {
+                let mut g = m.lock().expect("lock");
+                *g += 1;
+                c.notify_one();
+                drop(c.wait_while(g, |v| *v != 2 * i + 2).expect("wait"));
+            }
+            h.join().expect("join");
+            t.elapsed().as_secs_f64() * 1e9 / f64::from(ROUNDS)
+        };
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("sleep");
+        let _stats = enable_run_time_stats().expect("stats");
+        let mut obj = MaybeUninit::uninit();
+        let mut io = ProcIo::start(&mut obj, sleeper.id() as i32).expect("load");
+        let fds: Vec<_> = io
+            .programs()
+            .into_iter()
+            .filter(|p| p.name.contains("futex"))
+            .filter_map(|p| open_program(p.id).map(|fd| (p.name, fd)))
+            .collect();
+        let stats = || -> Vec<(u64, u64)> {
+            fds.iter()
+                .map(|(_, fd)| run_stats(fd.as_fd()).unwrap_or_default())
+                .collect()
+        };
+        for followed in [false, true] {
+            if followed {
+                io.follow(&[std::process::id() as i32]);
+            }
+            let before = stats();
+            let round = ping_pong();
+            for ((name, _), ((c0, n0), (c, n))) in fds.iter().zip(before.into_iter().zip(stats())) {
+                eprintln!(
+                    "followed {followed}: {name}: {} runs, {:.0} ns each",
+                    c - c0,
+                    (n - n0) as f64 / (c - c0).max(1) as f64
+                );
+            }
+            eprintln!("followed {followed}: {round:.0} ns a round trip (two waits)");
+        }
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+    }
+
     /// What a read costs in the BPF programs (their run time, the
     /// kernel's statistics), for a followed process (`dd` reading a
     /// cached file in 4 KiB reads, a child of this one) and for one not
