@@ -18,6 +18,13 @@ pub(super) struct Ident {
 }
 
 impl Ident {
+    /// Where an instance of a type with `tp_dictoffset` `dictoffset` keeps
+    /// its dict pointer, when that lies in the words read (3.9/3.10: a
+    /// positive offset up to 24); None from 3.11 on (the storage words).
+    pub(super) fn dict_word(dictoffset: i64) -> Option<u64> {
+        u64::try_from(dictoffset).ok().filter(|&d| d > 0 && d <= 24)
+    }
+
     /// The dict holding the object's attributes, if they are in one:
     /// 3.9/3.10 its `tp_dictoffset` word; 3.11+ the managed dict pointer
     /// at `obj - 24` (3.12 tags inline values there with bit 0).

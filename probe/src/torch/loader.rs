@@ -295,8 +295,7 @@ impl IterReader {
             .objs
             .type_of(self.iter)
             .ok()
-            .and_then(|t| u64::try_from(t.dictoffset).ok())
-            .filter(|&d| d > 0 && d <= 24);
+            .and_then(|t| Ident::dict_word(t.dictoffset));
         // The object's identity and its dict's tables, read before and
         // after the slots are looked up: an iterator read while its
         // `__init__` adds attributes can move them in between.

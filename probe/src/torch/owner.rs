@@ -138,10 +138,7 @@ impl Owners {
             }
         }
         let ty = objs.type_of(obj).ok()?;
-        let dict_word = u64::try_from(ty.dictoffset)
-            .ok()
-            .filter(|&d| d > 0 && d <= 24);
-        let ident = Ident::read(objs, obj, ty.addr, dict_word)?;
+        let ident = Ident::read(objs, obj, ty.addr, Ident::dict_word(ty.dictoffset))?;
         let slot = DATASET_ATTRS
             .into_iter()
             .find_map(|name| objs.attr_slot(obj, name).ok().flatten())?
