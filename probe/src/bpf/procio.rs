@@ -124,13 +124,7 @@ impl<'obj> ProcIoBpf<'obj> {
     }
 
     fn followed(&self, pid: i32) -> bool {
-        matches!(
-            self.skel
-                .maps
-                .procs
-                .lookup(&(pid as u32).to_ne_bytes(), MapFlags::ANY),
-            Ok(Some(_))
-        )
+        in_procs(&self.skel.maps.procs, pid)
     }
 
     /// Stops following a process (it ended and its last values were read).
@@ -208,10 +202,14 @@ impl FutexWaits {
 
     /// Whether process `pid`'s waits are recorded.
     pub fn follows(&self, pid: i32) -> bool {
-        matches!(
-            self.procs
-                .lookup(&(pid as u32).to_ne_bytes(), MapFlags::ANY),
-            Ok(Some(_))
-        )
+        in_procs(&self.procs, pid)
     }
+}
+
+/// Whether process `pid` is in the `procs` map: followed.
+fn in_procs(procs: &impl MapCore, pid: i32) -> bool {
+    matches!(
+        procs.lookup(&(pid as u32).to_ne_bytes(), MapFlags::ANY),
+        Ok(Some(_))
+    )
 }

@@ -200,23 +200,21 @@ impl IterReader {
     }
 
     /// Whether `iter` still holds a live iterator of the type first seen
-    /// there (`Ident::of`).
+    /// there (`Ident::of`), and the followed loader's: an iterator freed at
+    /// an epoch's end leaves its address to the next one allocated, often
+    /// the validation loader's, and read through the slots cached its
+    /// counts would be taken for the followed loader's. An object other
+    /// than the one the slots were cached for is looked up by its dataset.
     fn still_there(&self) -> bool {
-        Ident::read(&self.objs, self.iter, self.iter_type, None).is_some()
-    }
-
-    /// Whether another loader's iterator now lies where the one known was:
-    /// an object whose `Ident` is not the one cached, serving another
-    /// dataset than the followed one. An iterator freed at an epoch's end
-    /// leaves its address to the next one allocated, often the validation
-    /// loader's; read through the slots cached, its counts would be taken
-    /// for the followed loader's.
-    fn taken_over(&self) -> bool {
-        let (Some(sl), Some(d)) = (self.slots.as_ref(), self.owners.dataset()) else {
+        let sl = self.slots.as_ref();
+        let dict_word = sl.and_then(|sl| sl.ident.dict_word);
+        let Some(now) = Ident::read(&self.objs, self.iter, self.iter_type, dict_word) else {
             return false;
         };
-        let now = Ident::read(&self.objs, self.iter, self.iter_type, sl.ident.dict_word);
-        now.as_ref() != Some(&sl.ident) && dataset_of(&self.objs, self.iter) != Some(d)
+        match (sl, self.owners.dataset()) {
+            (Some(sl), Some(d)) if now != sl.ident => dataset_of(&self.objs, self.iter) == Some(d),
+            _ => true,
+        }
     }
 
     /// The counts through the cached slots: one read of the iterator's
@@ -417,7 +415,7 @@ impl LoaderReader for IterReader {
         // first seen prompts a look too: the job may have made it to
         // replace this one, whose last iterator, done, can live on until
         // the GC frees it (a cycle), reading as alive.
-        let alive = self.still_there() && !self.taken_over();
+        let alive = self.still_there();
         let prompted = std::mem::take(&mut self.prompted);
         let mut looked = !alive || prompted;
         if alive && !prompted && self.looked.elapsed() >= LOOK_EVERY {
@@ -457,7 +455,7 @@ impl LoaderReader for IterReader {
             self.looked = Instant::now();
             self.looked_at = self.counted();
         }
-        if !self.still_there() || self.taken_over() {
+        if !self.still_there() {
             debug!(iter = self.iter, "the DataLoader iterator is gone");
             return None;
         }
