@@ -113,6 +113,54 @@ pub fn process_cpu_ns(pid: i32) -> Option<u64> {
     Some((utime + stime) * 1_000_000_000 / clk_tck())
 }
 
+/// The CPU of `root` and of every live process below it, ns: each one's
+/// utime + stime and the cutime + cstime of the children it reaped, plus
+/// the same of `also` (processes of the job found otherwise) not below it.
+/// A process that ends moves from its own sum to its reaper's, so the
+/// total only grows when the reaper is in the tree, whichever it is: a
+/// forkserver reaps the DataLoader workers it forked each epoch, and the
+/// training process, its parent, sees none of their CPU until the
+/// forkserver itself ends. None when `root` cannot be read.
+pub fn job_tree_cpu_ns(root: i32, also: &[i32]) -> Option<u64> {
+    let mut seen = std::collections::HashSet::new();
+    let mut queue = vec![root];
+    queue.extend_from_slice(also);
+    let mut total = 0;
+    let mut i = 0;
+    while i < queue.len() {
+        let pid = queue[i];
+        i += 1;
+        if !seen.insert(pid) {
+            continue;
+        }
+        match process_tree_cpu_ns(pid) {
+            Some(ns) => total += ns,
+            None if pid == root => return None,
+            None => continue,
+        }
+        queue.extend(children(pid));
+    }
+    Some(total)
+}
+
+/// The processes each thread of `pid` started and that still run (or wait
+/// to be reaped), from /proc/PID/task/TID/children: a child's parent is
+/// the thread that forked it.
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// utime + stime of the process and of its children that it waited for
 /// (cutime + cstime), in ns: a job whose worker processes come and go keeps
 /// their CPU this way once they are reaped.
@@ -347,6 +395,42 @@ fn tensorflow_version(framework: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_keeps_the_cpu_of_a_grandchild_its_child_reaped() {
+        // sh forks a subshell that spins, reaps it and sleeps on, as a
+        // forkserver does with the workers it forks: the subshell's CPU
+        // is in sh's children times, which ours do not hold.
+        let mut sh = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "(i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done); exec sleep 30",
+            ])
+            .spawn()
+            .expect("sh");
+        let pid = sh.id() as i32;
+        let me = std::process::id() as i32;
+        let mut reaped = 0;
+        for _ in 0..400 {
+            reaped = process_tree_cpu_ns(pid)
+                .unwrap_or(0)
+                .saturating_sub(process_cpu_ns(pid).unwrap_or(u64::MAX));
+            if reaped > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let ours = process_tree_cpu_ns(me).expect("our own times");
+        let job = job_tree_cpu_ns(me, &[]).expect("the tree's");
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert!(reaped > 0, "the subshell was not reaped within 20 s");
+        assert!(
+            job >= ours + reaped,
+            "the tree's {job} ns leave out the {reaped} ns sh reaped (ours {ours} ns)"
+        );
+        assert_eq!(job_tree_cpu_ns(-1, &[me]), None);
+    }
 
     #[test]
     fn root_refused_is_not_told_to_run_as_root() {

@@ -507,22 +507,18 @@ impl Source for DataLoaderSource<'_> {
         "dataloader"
     }
 
-    /// The training process and its workers: those alive, and those gone
-    /// (reaped, they are in the training process's children times).
+    /// The training process, every process below it (a forkserver and
+    /// the workers it forks), and the workers the loader names: those
+    /// alive, and those gone (reaped, they are in their reaper's children
+    /// times).
     fn cpu_ns(&self) -> Option<u64> {
-        let own = target::process_tree_cpu_ns(self.target.pid)?;
-        let workers: u64 = self
+        let named: Vec<i32> = self
             .sampler
             .as_ref()
             .and_then(|s| s.observed().state)
-            .map(|st| {
-                st.workers
-                    .iter()
-                    .filter_map(|&(_, p)| target::process_cpu_ns(p))
-                    .sum()
-            })
-            .unwrap_or(0);
-        Some(own + workers)
+            .map(|st| st.workers.iter().map(|&(_, p)| p).collect())
+            .unwrap_or_default();
+        target::job_tree_cpu_ns(self.target.pid, &named)
     }
 
     fn prepare(&mut self, _round: &Round) -> Result<Prepared> {
