@@ -207,7 +207,13 @@ fn build_report(
     let nodes = node_reports(m, slot, orphans, cache, &lp_cores);
     let observed_rate = observed_rate(m);
     let mut notes = report_notes(m, outcome.notes);
-    if outcome.elsewhere.is_none() && observed_rate < 0.5 * base.rate && observed_rate > 0.0 {
+    // A DataLoader whose epoch edges (workers starting) take more of the
+    // loop's time than its step: the `persistent_workers` advice says so.
+    if outcome.elsewhere.is_none()
+        && !crate::dl_advice::edges_hold_it(m)
+        && observed_rate < 0.5 * base.rate
+        && observed_rate > 0.0
+    {
         notes.push(format!(
             "the pipeline delivered {} while the model allows {}: the consumer (the training step) may be what sets the pace",
             fmt::rate(Some(observed_rate)),

@@ -52,12 +52,21 @@ pub(crate) fn delivered_share(base: &Evaluation, observed: f64) -> Option<f64> {
 }
 
 /// Each prediction says it keeps the share of the model's rate the
-/// loader delivered as recorded.
-pub(crate) fn say_scaled(recs: &mut [Recommendation], scaled_by: Option<f64>) {
+/// loader delivered as recorded; but the one at `unscaled`, which starts
+/// from the delivered rate itself.
+pub(crate) fn say_scaled(
+    recs: &mut [Recommendation],
+    scaled_by: Option<f64>,
+    unscaled: Option<usize>,
+) {
     let Some(s) = scaled_by else {
         return;
     };
-    for r in recs.iter_mut().filter(|r| r.predicted_rate.is_some()) {
+    for (_, r) in recs
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, r)| r.predicted_rate.is_some() && Some(*i) != unscaled)
+    {
         r.assumes = format!(
             "{}; the DataLoader delivering {} of what its stages allow, as it did during the window",
             r.assumes,
@@ -352,6 +361,18 @@ fn get_item_reads(m: &Model, u: usize) -> String {
     )
 }
 
+/// Whether the training loop spends more of its time at epoch edges
+/// (starting and joining workers: seconds an epoch where spawned or
+/// forkserver workers import the job's modules) than in its step and in
+/// other loaders' passes: then the edges, not the loop, hold the workers
+/// back, and `persistent` says what removing them gives.
+pub(crate) fn edges_hold_it(m: &Model) -> bool {
+    m.input.dataloader.as_ref().is_some_and(|d| {
+        let edge = d.share("startup");
+        edge >= EPOCH_EDGE_MIN && edge > d.share("other") + d.share("other_loader")
+    })
+}
+
 /// With workers started, a loader that delivers well below what its
 /// workers allow is not what sets the pace: the training loop takes
 /// batches no faster (its step, or the copy to the device). The workers'
@@ -361,8 +382,19 @@ fn get_item_reads(m: &Model, u: usize) -> String {
 /// overlap them with its step: the rule does not apply.
 pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<Elsewhere> {
     let pred = base.rate;
-    let short = pred.is_finite() && pred > 0.0 && observed > 0.0 && observed < SHORTFALL * pred;
-    if !short || !workers::started(m.op_names()) {
+    // At epoch edges (workers starting and joining) no batch comes
+    // whatever the loop does: the workers allow their rate the rest of
+    // the time (`persistent` says what that costs).
+    let edge = m
+        .input
+        .dataloader
+        .as_ref()
+        .map_or(0.0, |d| d.share("startup"));
+    let short = pred.is_finite()
+        && pred > 0.0
+        && observed > 0.0
+        && observed < SHORTFALL * pred * (1.0 - edge.min(1.0));
+    if !short || edges_hold_it(m) || !workers::started(m.op_names()) {
         return None;
     }
     let gil = m.input.dataloader.as_ref().map_or(0.0, |d| {
@@ -412,15 +444,26 @@ pub(crate) fn elsewhere(m: &Model, base: &Evaluation, observed: f64) -> Option<E
 /// `persistent_workers=True` for a loader that starts its workers every
 /// epoch, when the training loop's time at epoch edges (starting them,
 /// joining the last epoch's) shows. Nothing arrives meanwhile, so the
-/// rate after the change is `rate / (1 - edge share)`.
-pub(crate) fn persistent(m: &Model, last_rate: Option<f64>) -> Option<Recommendation> {
+/// rate after the change is `rate / (1 - edge share)`, at most `cap`,
+/// what the stages allow (`base`): where the edges take most of the
+/// window (spawned or forkserver workers importing the job's modules
+/// every epoch) the first figure would be the delivered share's floor
+/// over the little time left.
+pub(crate) fn persistent(
+    m: &Model,
+    last_rate: Option<f64>,
+    cap: Option<f64>,
+) -> Option<Recommendation> {
     let d = m.input.dataloader.as_ref()?;
     let edge = d.share("startup");
     if d.num_workers == 0 || d.persistent_workers || !(EPOCH_EDGE_MIN..1.0).contains(&edge) {
         return None;
     }
     let queue = m.nodes.iter().find(|n| n.op == ops::DL_QUEUE)?;
-    let rate = last_rate.map(|r| r / (1.0 - edge));
+    let rate = last_rate.map(|r| match cap {
+        Some(c) => (r / (1.0 - edge)).min(c.max(r)),
+        None => r / (1.0 - edge),
+    });
     // Workers persist only across the epochs of one DataLoader: a job
     // that makes a new one each epoch starts new workers with it.
     let change = if d.loaders_replaced > 0 {

@@ -160,6 +160,9 @@ pub struct DataLoaderFacts {
     /// (`function (file.py)`) and its share of the stage's time with its
     /// callees.
     pub hot_spots: std::collections::BTreeMap<String, Vec<(String, f64)>>,
+    /// The workers' wall time starting (imports, seeding,
+    /// `worker_init_fn`), all workers together, s.
+    pub workers_startup_s: f64,
 }
 
 impl DataLoaderFacts {
@@ -197,6 +200,9 @@ impl DataLoaderFacts {
                 }
                 m
             }),
+            workers_startup_s: Some(d.workers_startup_s)
+                .filter(|x| x.is_finite() && *x > 0.0)
+                .unwrap_or(0.0),
         }
     }
 

@@ -355,8 +355,9 @@ fn split_outside(c: &crate::input::CpuContext, roots: u64) -> OutsideSplit {
 /// The core budget of a DataLoader recording. It has no per-thread CPU
 /// (no BPF: no `probe_cpu`), only the job's CPU over the window: the
 /// training process, its reaped children and its live workers. What the
-/// loader's stages did not take of it is the training loop's own work (its
-/// step), which grows with the rate as a consumer's does, so it is charged
+/// loader's stages and its workers' start-up did not take of it is the
+/// training loop's own work (its step), which grows with the rate as a
+/// consumer's does, so it is charged
 /// per batch beside the ops. The stages' times are wall times, at least
 /// their CPU: the charge is a lower bound, never more than the loop took.
 /// Without the job's CPU (0) or for a tf.data pipeline: `b` unchanged.
@@ -382,7 +383,22 @@ fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
     if batches == 0 {
         return b;
     }
-    let outside = input.process_cpu_ns.saturating_sub(stages) as f64 / 1e9;
+    // Epoch edges take CPU that `persistent_workers=True` saves, not per
+    // batch: workers starting (importing the job's modules under spawn or
+    // forkserver) and the loop starting and joining them, with what the
+    // kernel spends making and tearing down their processes. Left out of
+    // the step's charge, at most their wall time, as the stages are. On
+    // forkserver workers new each 16-batch epoch (86% of the loop's time
+    // at edges) the workers' start-up alone left 25 CPU-ms a batch
+    // charged to a loop whose step took 1 ms.
+    let startup = input.dataloader.as_ref().map_or(0, |d| {
+        ((d.workers_startup_s + d.share("startup") * t) * 1e9) as u64
+    });
+    let outside = input
+        .process_cpu_ns
+        .saturating_sub(stages)
+        .saturating_sub(startup) as f64
+        / 1e9;
     b.measured = true;
     b.outside_pipeline = outside / t;
     b.observed_rate = batches as f64 / t;

@@ -182,8 +182,12 @@ pub(crate) fn recommend(
             ));
         }
         // Epoch edges cost the loop's time whatever sets the pace: this
-        // holds where more workers would not.
-        let edge_base = if out.elsewhere.is_some() {
+        // holds where more workers would not. With no change before it,
+        // it starts from the rate the loader delivered, edges and all,
+        // not from the model's scaled by a share floored at `SHORTFALL`
+        // (a loader whose edges take most of the window delivers less).
+        let from_observed = out.elsewhere.is_some() || out.recommendations.is_empty();
+        let edge_base = if from_observed {
             rate_opt(observed)
         } else {
             last_rate
@@ -195,7 +199,10 @@ pub(crate) fn recommend(
         if out.elsewhere.is_none() {
             out.notes.extend(dl_advice::hot_spots_note(m));
         }
-        if let Some(r) = dl_advice::persistent(m, edge_base) {
+        // Not scaled by the delivered share where it starts from the
+        // delivered rate.
+        let unscaled = from_observed.then_some(out.recommendations.len());
+        if let Some(r) = dl_advice::persistent(m, edge_base, rate_opt(base.rate)) {
             out.recommendations.push(r);
         }
         // No cache: a DataLoader has no .cache() to add.
@@ -205,7 +212,7 @@ pub(crate) fn recommend(
         if let Some(r) = dl_advice::prefetch(m, prefetch, &out.recommendations, last_rate) {
             out.recommendations.push(r);
         }
-        dl_advice::say_scaled(&mut out.recommendations, out.scaled_by);
+        dl_advice::say_scaled(&mut out.recommendations, out.scaled_by, unscaled);
         return out;
     }
     recommend_prefetch(m, prefetch, last_rate, &mut out);

@@ -327,6 +327,64 @@ fn epoch_edges_get_persistent_workers() {
     }
 }
 
+#[test]
+fn workers_starting_most_of_the_window_get_persistent_workers() {
+    // Spawned or forkserver workers new each epoch import the job's
+    // modules first: 96 batches in 60 s, the two workers busy 4.5 s on
+    // them and 100 s starting (both together), the loop 90% of its time
+    // at epoch edges. Their 2 cores would deliver 2 / (4.5 / 96) = 42.7
+    // batches/s between the edges.
+    let p = loader(96, 4.0, 0.5, 2, 2);
+    let shares = [("wait", 0.08), ("startup", 0.90), ("other", 0.02)];
+    let mut snap = with_loop(&p, 2, false, &shares, "");
+    if let Some(d) = snap.dataloader.as_mut() {
+        d.workers_startup_s = 100.0;
+    }
+    // The job's CPU: the stages' 4.5 s, the workers' start-up (100 s)
+    // and the loop's at the edges (1 s), its step 1.2 s.
+    if let Some(i) = snap.snapshot_info.as_mut() {
+        i.process_start_time = 0;
+        i.process_current_time = 106_700_000_000;
+    }
+    let ov = MachineOverrides::default();
+    let r = analyze(&snap, &ov).expect("analyze").into_report();
+    // Not the consumer: the edges explain the shortfall.
+    assert!(r.limited_elsewhere.is_none(), "{:?}", r.limited_elsewhere);
+    // The start-up is charged to no batch: the step's 1.2 s is.
+    assert!(
+        r.machine.budget.overhead_s_per_element < 1.2 / 96.0 + 1e-9,
+        "{:?}",
+        r.machine.budget
+    );
+    let pw = rec(&r, "persistent_workers").expect("persistent_workers advised");
+    // The rate delivered, 1.6/s, over the 10% of the window between the
+    // edges: 16/s.
+    let rate = pw.predicted_rate.expect("rate");
+    assert!((rate - 1.6 / 0.1).abs() < 1e-6, "{rate}");
+    assert!(
+        !pw.assumes.contains("the DataLoader delivering"),
+        "{}",
+        pw.assumes
+    );
+    assert!(
+        !render_text(&r).contains("may be what sets the pace"),
+        "{}",
+        render_text(&r)
+    );
+    // At most what the stages allow: 98% at the edges would otherwise
+    // read 80/s.
+    let shares = [("wait", 0.01), ("startup", 0.98), ("other", 0.01)];
+    let mut snap = with_loop(&p, 2, false, &shares, "");
+    if let Some(d) = snap.dataloader.as_mut() {
+        d.workers_startup_s = 110.0;
+    }
+    let r = analyze(&snap, &ov).expect("analyze").into_report();
+    let pw = rec(&r, "persistent_workers").expect("persistent_workers advised");
+    let model = r.lp.rate.expect("LP rate");
+    assert_eq!(pw.predicted_rate, Some(model));
+    assert!(model < 1.6 / 0.02, "{model}");
+}
+
 /// The note on the training loop's time receiving batches.
 fn receiving_note(r: &Report) -> &str {
     r.notes

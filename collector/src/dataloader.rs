@@ -50,6 +50,12 @@ pub struct DataLoaderSummary {
     pub training: BTreeMap<String, f64>,
     /// Share of the workers' wall time per stage, all workers together.
     pub workers_stages: BTreeMap<String, f64>,
+    /// The workers' main threads' wall time starting (importing the job's
+    /// modules under spawn or forkserver, seeding, `worker_init_fn`), all
+    /// workers together, s: CPU the job spends at epoch edges, not per
+    /// batch.
+    #[serde(default)]
+    pub workers_startup_s: f64,
     pub workers: Vec<WorkerSummary>,
     /// The job's CPU over the window in cores (training process and
     /// workers).
@@ -349,6 +355,7 @@ pub fn summarise(
         batch_size: last.batch_size,
         training: shares(&training),
         workers_stages: shares(&all_workers),
+        workers_startup_s: all_workers.get("startup").copied().unwrap_or(0) as f64 / 1e9,
         workers,
         job_cores: last.job_cpu_ns.saturating_sub(first.job_cpu_ns) as f64 / window_ns as f64,
         sampler_ticks: last.ticks.saturating_sub(first.ticks),

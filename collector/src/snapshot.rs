@@ -431,6 +431,7 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
         training_lock_shares: shares(d.lock_wait.as_ref().map(|l| &l.training)),
         workers_lock_shares: shares(d.lock_wait.as_ref().map(|l| &l.workers)),
         hot_spots: hot_spots_proto(&d.hot_spots),
+        workers_startup_s: d.workers_startup_s,
     }
 }
 

@@ -601,6 +601,58 @@ fn dataloader_spawned_persistent_workers() {
     check_file_reads(&c, &data, "spawn");
 }
 
+#[test]
+fn dataloader_forkserver_workers_new_each_epoch() {
+    // Forkserver workers are the forkserver's children, not the training
+    // process's: they are found and their reads followed all the same,
+    // though they come and go at each 32-batch epoch's edges.
+    let data = data_dir();
+    let c = check_all(&Case {
+        script: "torch_image.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--epoch-samples",
+            "512",
+            "--start-method",
+            "forkserver",
+            "--data",
+            &data,
+            // Batches come in bursts between start-ups: a GT line per
+            // batch, or interpolating between lines 0.1 s apart misses
+            // up to two batches at each end of the window.
+            "--gt-interval",
+            "0.005",
+        ],
+        seconds: 10.0,
+    });
+    check_file_reads(&c, &data, "forkserver");
+    // Each epoch's workers import torch before their first item: the
+    // loop waits for that, which is start-up, not the workers' pace, and
+    // their CPU is the job's though the forkserver reaps them.
+    let d = &c.d;
+    assert!(num(d, "job_cores") > 0.5, "the job's CPU: {d}");
+    let starting = d["workers_stages"]["startup"].as_f64().unwrap_or(0.0);
+    assert!(starting > 0.3, "the workers' start-up: {d}");
+    assert!(
+        d["training"]["startup"].as_f64().unwrap_or(0.0) > 0.3,
+        "{d}"
+    );
+    let r = &c.report;
+    assert!(
+        r["limited_elsewhere"].is_null(),
+        "{}",
+        r["limited_elsewhere"]
+    );
+    assert_eq!(
+        r["recommendations"][0]["kind"], "persistent_workers",
+        "{}",
+        r["recommendations"]
+    );
+}
+
 /// `plumber-probe run` as an unprivileged user (uid 65534, no
 /// capabilities but file reads where the interpreter needs them) starts
 /// the image folder job, with two workers and without: the same counts

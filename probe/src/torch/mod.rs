@@ -16,6 +16,7 @@ mod ident;
 pub mod loader;
 mod owner;
 pub mod pace;
+mod recorder;
 pub mod sampler;
 pub mod spans;
 pub mod stage;

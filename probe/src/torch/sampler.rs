@@ -19,14 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use plumber_collector::stacks::Span;
 use tracing::debug;
 
 use super::count::{Count, EpochTotal};
-use super::frames::{Frames, Named, SharedNames, Stack};
+use super::frames::{Frames, SharedNames, Stack};
 use super::gil::Wait;
 use super::pace::{self, Jitter, COUNTS_PER_TICK, SLOWED};
-use super::spans::{Role, Seen, StageSpans};
+use super::recorder::Recorder;
+pub use super::recorder::{Recorded, StageStack};
+use super::spans::{Role, Seen};
 use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
 use super::worker_ticks::{wait_of, worker_stages, WorkerThread};
 use crate::bpf::procio::FutexWaits;
@@ -138,56 +139,9 @@ pub struct StageSampler {
     handle: Option<JoinHandle<Recorder>>,
 }
 
-/// A stack of one process in one stage: `[stage];process;function
-/// (file);...` in stages.folded.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StageStack {
-    pub stage: Stage,
-    pub pid: i32,
-    /// `training loop (pid N)`, `worker K (pid M)`.
-    pub process: Arc<str>,
-    /// Outermost first.
-    pub frames: Vec<Named>,
-}
-
-/// Wall ns per stage stack.
-pub type StageStacks = HashMap<StageStack, u64>;
-
-/// What the sampler recorded besides its counts: the stage stacks and the
-/// spans.
-#[derive(Default)]
-struct Recorder {
-    stacks: StageStacks,
-    spans: StageSpans,
-}
-
-/// The stacks and spans of a finished sampler.
-#[derive(Debug, Default)]
-pub struct Recorded {
-    pub stacks: StageStacks,
-    pub spans: Vec<Span>,
-    /// Spans past `spans::MAX_SPANS`, not kept.
-    pub spans_over_limit: u64,
-}
-
-impl Recorder {
-    /// Adds one thread's tick `[start_ns, end_ns]` to its stage stack (idle
-    /// time is left out: a flamegraph of where the time went, not of
-    /// waiting for work) and to its spans.
-    fn record(&mut self, seen: &Seen<'_>, stack: &Stack, start_ns: u64, end_ns: u64) {
-        self.spans.see(seen, start_ns, end_ns);
-        if seen.stage == Stage::Idle {
-            return;
-        }
-        let key = StageStack {
-            stage: seen.stage,
-            pid: seen.pid,
-            process: seen.process.clone(),
-            frames: stack.frames.clone(),
-        };
-        *self.stacks.entry(key).or_default() += end_ns.saturating_sub(start_ns);
-    }
-}
+/// A worker thread's stage at a tick, what it waited for, and whether it
+/// is the worker's main thread.
+type WorkerStage = (Stage, Option<Wait>, bool);
 
 impl StageSampler {
     /// Starts sampling the training process `py` at `hz`; the threads'
@@ -209,9 +163,11 @@ impl StageSampler {
             parent: py.clone(),
             workers: HashMap::new(),
             forked_names: SharedNames::default(),
+            forkserver: None,
             reader,
             loop_thread: None,
             loop_stage: None,
+            workers_starting: false,
             last_loop_ns: 0,
             recorder: Recorder::default(),
             shared: shared.clone(),
@@ -293,10 +249,16 @@ struct Run {
     workers: HashMap<i32, Worker>,
     /// Code names of the workers forked from the training process.
     forked_names: SharedNames,
+    /// The last worker attached on its own (not forked from the training
+    /// process: a forkserver's, or a spawned one).
+    forkserver: Option<PyProcess>,
     reader: Box<dyn LoaderReader>,
     loop_thread: Option<u64>,
     /// The loop's stage at its last read that told one.
     loop_stage: Option<Stage>,
+    /// At the last tick a worker was starting and none worked on a batch
+    /// (`Run::starting_wait`).
+    workers_starting: bool,
     /// When the training loop's stage was last read (a tick or a count
     /// read between two), CLOCK_MONOTONIC ns.
     last_loop_ns: u64,
@@ -330,6 +292,7 @@ impl Run {
         self.last_loop_ns = last_stacks;
         let mut last_state: Option<Instant> = None;
         let mut lost = false;
+        let mut renewed = false;
         // Count reads per period (1, `COUNTS_PER_TICK` or more: `pace`), those left
         // before the next tick, and the periods between two ticks: 1, or
         // `SLOWED` once the cost meter slows us.
@@ -362,6 +325,7 @@ impl Run {
             let began = self.reader.another_loader_began();
             let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
             let read = began
+                || renewed
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
                 } else {
@@ -391,6 +355,11 @@ impl Run {
                 None => self.reader.yielded(),
             };
             lost = count.is_none();
+            // A new iterator (an epoch's, without persistent workers)
+            // starts new workers: the next read finds them, rather than
+            // one up to STATE_EVERY later (their start-up, seconds under
+            // spawn or forkserver, would go unseen meanwhile).
+            renewed = matches!((count, &last_count), (Some(c), Some(l)) if c.iter != l.iter);
             if lost && per_period == 1 {
                 // The iterator is gone (an epoch ended): read as often as
                 // when nothing is known, so that the next one and its
@@ -472,6 +441,7 @@ impl Run {
             return;
         }
         let (loop_stage, _) = self.training_stages(&stacks);
+        let loop_stage = loop_stage.map(|st| self.starting_wait(st));
         let start = self.last_loop_ns;
         if let Some((st, s)) = loop_stage.zip(self.loop_stack(&stacks)) {
             let (pid, name) = (self.training.pid, &self.training_name);
@@ -525,10 +495,21 @@ impl Run {
             if self.workers.contains_key(&pid) {
                 continue;
             }
-            // A forked worker shares its code names with the others.
-            let attached = match self.parent.forked(pid) {
-                Some(py) => Ok(Frames::sharing(&py, self.forked_names.clone())),
-                None => PyProcess::attach(pid).map(|py| Frames::new(&py)),
+            // A forked worker shares its code names with the others. The
+            // workers a forkserver forks share their interpreter's layout
+            // with each other: the first is attached (its symbols read),
+            // the rest, every epoch's, take its layout. Not its code
+            // names: each imports the job's modules after the fork, its
+            // code objects its own.
+            let sibling = self.forkserver.as_ref().and_then(|py| py.forked(pid));
+            let attached = match (self.parent.forked(pid), sibling) {
+                (Some(py), _) => Ok(Frames::sharing(&py, self.forked_names.clone())),
+                (None, Some(py)) => Ok(Frames::new(&py)),
+                (None, None) => PyProcess::attach(pid).map(|py| {
+                    let frames = Frames::new(&py);
+                    self.forkserver = Some(py);
+                    frames
+                }),
             };
             let frames = match attached {
                 Ok(f) => Some(f.with_futex_waits(self.futex.clone())),
@@ -564,6 +545,22 @@ impl Run {
         let dt = end_ns.saturating_sub(start_ns);
         let training = self.training_stacks();
         let (loop_stage, pin) = self.training_stages(&training);
+        let workers = self.worker_ticks(start_ns, end_ns);
+        // A worker starting and none working on a batch (one that
+        // started first sits idle once its first batches are done: the
+        // loop takes them in order, and the next is a starting one's):
+        // the loop's wait is for the start-up, until the next tick.
+        let mains: Vec<Stage> = workers
+            .iter()
+            .flat_map(|(_, ts)| ts)
+            .filter(|&&(_, _, main)| main)
+            .map(|&(st, _, _)| st)
+            .collect();
+        self.workers_starting = mains.contains(&Stage::Startup)
+            && !mains
+                .iter()
+                .any(|st| matches!(st, Stage::GetItem | Stage::Collate | Stage::Send));
+        let loop_stage = loop_stage.map(|st| self.starting_wait(st));
         let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
         let mut loop_gil = None;
@@ -581,31 +578,6 @@ impl Run {
         if let Some((st, s)) = pin {
             let seen = seen(pid, name, Role::PinMemory, st, s);
             self.recorder.record(&seen, s, start_ns, end_ns);
-        }
-        let mut workers = Vec::new();
-        for (&pid, w) in self.workers.iter_mut() {
-            if let Some(stacks) = w.frames.as_mut().and_then(Frames::stacks) {
-                let Some(frames) = w.frames.as_ref() else {
-                    continue;
-                };
-                let stages = worker_stages(&stacks, frames);
-                for t in &stages {
-                    let role = match t.thread {
-                        WorkerThread::Loop => Role::WorkerLoop(w.id),
-                        WorkerThread::Feeder => Role::Feeder(w.id),
-                        WorkerThread::Sharer => Role::Sharer(w.id),
-                    };
-                    let seen = seen(pid, &w.name, role, t.stage, t.stack);
-                    self.recorder.record(&seen, t.stack, start_ns, end_ns);
-                }
-                workers.push((
-                    pid,
-                    stages
-                        .into_iter()
-                        .map(|t| (t.stage, t.wait))
-                        .collect::<Vec<_>>(),
-                ));
-            }
         }
         let bad = self.training.bad_frames
             + self
@@ -656,7 +628,7 @@ impl Run {
             *o.pin_memory.entry(p).or_default() += dt;
         }
         for (pid, stages) in workers {
-            for (s, waits) in stages {
+            for (s, waits, _) in stages {
                 *o.workers.entry(pid).or_default().entry(s).or_default() += dt;
                 let by = match count_wait(&mut o, waits) {
                     Wait::Gil => &mut o.workers_gil,
@@ -666,6 +638,50 @@ impl Run {
                 *by.entry(pid).or_default().entry(s).or_default() += dt;
             }
         }
+    }
+
+    /// The loop waiting for a batch while its loader's workers start
+    /// (spawned or forkserver workers import the job's modules first, for
+    /// seconds an epoch) and none works on one: start-up, not the
+    /// workers' pace.
+    fn starting_wait(&self, st: Stage) -> Stage {
+        if st == Stage::Wait && self.workers_starting {
+            Stage::Startup
+        } else {
+            st
+        }
+    }
+
+    /// Reads every worker's stacks: per worker process, each of its
+    /// threads' stage this tick, what it waited for, and whether it is
+    /// the worker's main thread.
+    fn worker_ticks(&mut self, start_ns: u64, end_ns: u64) -> Vec<(i32, Vec<WorkerStage>)> {
+        let mut workers = Vec::new();
+        for (&pid, w) in self.workers.iter_mut() {
+            if let Some(stacks) = w.frames.as_mut().and_then(Frames::stacks) {
+                let Some(frames) = w.frames.as_ref() else {
+                    continue;
+                };
+                let stages = worker_stages(&stacks, frames);
+                for t in &stages {
+                    let role = match t.thread {
+                        WorkerThread::Loop => Role::WorkerLoop(w.id),
+                        WorkerThread::Feeder => Role::Feeder(w.id),
+                        WorkerThread::Sharer => Role::Sharer(w.id),
+                    };
+                    let seen = seen(pid, &w.name, role, t.stage, t.stack);
+                    self.recorder.record(&seen, t.stack, start_ns, end_ns);
+                }
+                workers.push((
+                    pid,
+                    stages
+                        .into_iter()
+                        .map(|t| (t.stage, t.wait, t.thread == WorkerThread::Loop))
+                        .collect::<Vec<_>>(),
+                ));
+            }
+        }
+        workers
     }
 
     /// The training loop's stage (once its thread is known: the one whose

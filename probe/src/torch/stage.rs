@@ -142,10 +142,13 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
         .position(|f| f.name() == "_worker_loop" && in_file(f, "torch/utils/data/_utils/worker.py"))
     {
         // A worker outside fetch: waiting on its index queue, or putting
-        // its batch into the result queue.
-        return match frames.get(w + 1) {
-            Some(c) if c.name() == "put" => Stage::Send,
-            _ => Stage::Idle,
+        // its batch into the result queue; before its loop, or resuming
+        // a persistent worker's, it seeds its generators, runs the
+        // user's `worker_init_fn` and makes its fetcher: start-up.
+        return match frames.get(w + 1).map(Frame::name) {
+            Some("put") => Stage::Send,
+            None | Some("get" | "is_alive" | "is_set") => Stage::Idle,
+            Some(_) => Stage::Startup,
         };
     }
     // Joining an epoch's workers: from its last `next()`, or from the old
@@ -165,6 +168,23 @@ pub fn classify<F: Frame>(frames: &[F]) -> Stage {
         return loader_call(frames);
     }
     Stage::Other
+}
+
+/// A worker process's main thread before `_worker_loop`: a spawned or
+/// forkserver worker importing the job's modules (the main script again,
+/// as `__mp_main__`) and unpickling its dataset, seconds that
+/// `persistent_workers=True` pays once. Only a worker's threads are asked:
+/// a training process may itself run under multiprocessing (one process
+/// per device), its step below the same frames.
+pub fn worker_starting<F: Frame>(frames: &[F]) -> bool {
+    let bootstrap = |f: &F| {
+        (matches!(f.name(), "spawn_main" | "_main") && in_file(f, "multiprocessing/spawn.py"))
+            || (f.name() == "_bootstrap" && in_file(f, "multiprocessing/process.py"))
+    };
+    frames.iter().any(bootstrap)
+        && !frames
+            .iter()
+            .any(|f| f.name() == "_worker_loop" && in_file(f, "torch/utils/data/_utils/worker.py"))
 }
 
 /// The outermost of `frames` in torch/utils/data/dataloader.py: the loop's
@@ -454,5 +474,40 @@ mod tests {
             ("send_bytes", "connection.py"),
         ];
         assert_eq!(st(&feeding), Stage::Send);
+        let mut init = base.to_vec();
+        init.push(("seed_worker", "train.py"));
+        assert_eq!(st(&init), Stage::Startup);
+        assert_eq!(st(&base), Stage::Idle);
+    }
+
+    #[test]
+    fn a_worker_importing_before_its_loop_is_starting() {
+        let sp = "/usr/lib/python3.11/multiprocessing/spawn.py";
+        let importing = [
+            ("<module>", "<string>"),
+            ("main", "/usr/lib/python3.11/multiprocessing/forkserver.py"),
+            (
+                "_serve_one",
+                "/usr/lib/python3.11/multiprocessing/forkserver.py",
+            ),
+            ("_main", sp),
+            ("prepare", sp),
+            ("_fixup_main_from_path", sp),
+            ("<module>", "/v/site-packages/torch/__init__.py"),
+        ];
+        assert!(worker_starting(&st_frames(&importing)));
+        assert_eq!(st(&importing), Stage::Other);
+        let running = [
+            ("spawn_main", sp),
+            ("_main", sp),
+            (
+                "_bootstrap",
+                "/usr/lib/python3.11/multiprocessing/process.py",
+            ),
+            ("run", "/usr/lib/python3.11/multiprocessing/process.py"),
+            ("_worker_loop", WORKER),
+        ];
+        assert!(!worker_starting(&st_frames(&running)));
+        assert!(!worker_starting(&st_frames(&[("<module>", "train.py")])));
     }
 }

@@ -4,7 +4,7 @@
 
 use super::frames::{Frames, Stack};
 use super::gil::Wait;
-use super::stage::{classify, is_sharer, Frame, Stage};
+use super::stage::{classify, is_sharer, worker_starting, Frame, Stage};
 
 /// What the thread of `s`, in `stage`, waits for. A thread idle between
 /// batches is not asked (its waits are no stage's, and most threads of
@@ -19,7 +19,7 @@ pub(super) fn wait_of(frames: &Frames, stage: Stage, s: &Stack) -> Option<Wait> 
 /// Which thread of a worker a stage is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum WorkerThread {
-    /// Its main thread, in `_worker_loop`.
+    /// Its main thread, in `_worker_loop` or starting.
     Loop,
     /// Its result queue's feeder.
     Feeder,
@@ -43,7 +43,9 @@ pub(super) fn worker_stages<'s>(stacks: &'s [Stack], frames: &Frames) -> Vec<Wor
     let mut out = Vec::with_capacity(2);
     for s in stacks.iter().filter(|s| s.complete) {
         let stage = classify(&s.frames);
-        let thread = if s.frames.iter().any(|f| Frame::name(f) == "_worker_loop") {
+        let starting = worker_starting(&s.frames);
+        let stage = if starting { Stage::Startup } else { stage };
+        let thread = if starting || s.frames.iter().any(|f| Frame::name(f) == "_worker_loop") {
             WorkerThread::Loop
         } else if is_sharer(&s.frames) {
             WorkerThread::Sharer
