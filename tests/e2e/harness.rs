@@ -155,7 +155,12 @@ impl Workload {
             }
             None => Command::new(python),
         };
-        let mut child = cmd
+        // Its own process group, killed whole at the end: a training
+        // process killed alone leaves forkserver workers behind (each
+        // holds the forkserver's liveness pipe, and torch's worker
+        // watchdog watches the forkserver, its parent), taking CPU from
+        // every later test.
+        let mut child = std::os::unix::process::CommandExt::process_group(&mut cmd, 0)
             .arg(repo().join("tests/workloads").join(script))
             .args(args)
             .env("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -253,6 +258,8 @@ impl Workload {
 
 impl Drop for Workload {
     fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
         if !std::thread::panicking() {
