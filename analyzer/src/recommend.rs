@@ -182,12 +182,8 @@ pub(crate) fn recommend(
             ));
         }
         // Epoch edges cost the loop's time whatever sets the pace: this
-        // holds where more workers would not. With no change before it,
-        // it starts from the rate the loader delivered, edges and all,
-        // not from the model's scaled by a share floored at `SHORTFALL`
-        // (a loader whose edges take most of the window delivers less).
-        let from_observed = out.elsewhere.is_some() || out.recommendations.is_empty();
-        let edge_base = if from_observed {
+        // holds where more workers would not.
+        let edge_base = if out.elsewhere.is_some() {
             rate_opt(observed)
         } else {
             last_rate
@@ -199,10 +195,11 @@ pub(crate) fn recommend(
         if out.elsewhere.is_none() {
             out.notes.extend(dl_advice::hot_spots_note(m));
         }
-        // Not scaled by the delivered share where it starts from the
-        // delivered rate.
-        let unscaled = from_observed.then_some(out.recommendations.len());
-        if let Some(r) = dl_advice::persistent(m, edge_base, rate_opt(base.rate)) {
+        // Not said to keep the delivered share where the model's rate
+        // capped it.
+        let mut unscaled = None;
+        if let Some((r, capped)) = dl_advice::persistent(m, edge_base, rate_opt(base.rate)) {
+            unscaled = capped.then_some(out.recommendations.len());
             out.recommendations.push(r);
         }
         // No cache: a DataLoader has no .cache() to add.
