@@ -354,11 +354,11 @@ fn split_outside(c: &crate::input::CpuContext, roots: u64) -> OutsideSplit {
 
 /// The core budget of a DataLoader recording. It has no per-thread CPU
 /// (no BPF: no `probe_cpu`), only the job's CPU over the window: the
-/// training process, its reaped children and its live workers. What the
-/// loader's stages and its workers' start-up did not take of it is the
-/// training loop's own work (its step), which grows with the rate as a
-/// consumer's does, so it is charged
-/// per batch beside the ops. The stages' times are wall times, at least
+/// training process and every process below it (a forkserver, the
+/// workers), with those they reaped. What the loader's stages and its
+/// epoch edges did not take of it is the training loop's own work (its
+/// step), which grows with the rate as a consumer's does, so it is
+/// charged per batch beside the ops. The stages' times are wall times, at least
 /// their CPU: the charge is a lower bound, never more than the loop took.
 /// Without the job's CPU (0) or for a tf.data pipeline: `b` unchanged.
 fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
