@@ -100,7 +100,8 @@ CASES = {
     # An image folder on two forkserver workers new each 16-batch epoch:
     # each epoch's workers import torch before their first item, most of
     # the window; the advice is persistent workers. Run it with --seconds
-    # 12 or more: a 6 s window sees one or two epochs.
+    # 30 --record 30: a 12 s window holds three or four bursts of batches,
+    # and one more or less moves its rate by a quarter.
     "torch_forkserver": ("torch_image.py", ["--num-workers", "2", "--batch-size", "16",
                                             "--epoch-samples", "256", "--start-method",
                                             "forkserver"], None),
@@ -280,9 +281,9 @@ def run_case(args, name, checks):
         # The model's own gain: the change's rate over the model's rate as
         # recorded (the row above says how far that one is off), scaled as
         # the predictions are.
-        # One that starts from the rate the loader delivered, unscaled
-        # (persistent_workers as the first change: docs/pytorch.md), is
-        # a gain over that rate.
+        # One that does not keep the delivered share (persistent_workers
+        # set by the model's rate where the epoch edges take most of the
+        # window: docs/pytorch.md) is a gain over the rate delivered.
         over = model_now
         if report.get("predictions_scaled_by") and "the DataLoader delivering" not in rec["assumes"]:
             over = observed
