@@ -29,7 +29,9 @@ use super::recorder::Recorder;
 pub use super::recorder::{Recorded, StageStack};
 use super::spans::{Role, Seen};
 use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
-use super::worker_ticks::{wait_of, worker_stages, WorkerThread};
+use super::worker_ticks::{
+    start_up_holds_the_loop, wait_of, worker_stages, WorkerStage, WorkerThread,
+};
 use crate::bpf::procio::FutexWaits;
 use crate::clock::now_ns;
 use crate::cost::Thin;
@@ -138,10 +140,6 @@ pub struct StageSampler {
     shared: Arc<Mutex<Observed>>,
     handle: Option<JoinHandle<Recorder>>,
 }
-
-/// A worker thread's stage at a tick, what it waited for, and whether it
-/// is the worker's main thread.
-type WorkerStage = (Stage, Option<Wait>, bool);
 
 impl StageSampler {
     /// Starts sampling the training process `py` at `hz`; the threads'
@@ -546,20 +544,8 @@ impl Run {
         let training = self.training_stacks();
         let (loop_stage, pin) = self.training_stages(&training);
         let workers = self.worker_ticks(start_ns, end_ns);
-        // A worker starting and none working on a batch (one that
-        // started first sits idle once its first batches are done: the
-        // loop takes them in order, and the next is a starting one's):
-        // the loop's wait is for the start-up, until the next tick.
-        let mains: Vec<Stage> = workers
-            .iter()
-            .flat_map(|(_, ts)| ts)
-            .filter(|&&(_, _, main)| main)
-            .map(|&(st, _, _)| st)
-            .collect();
-        self.workers_starting = mains.contains(&Stage::Startup)
-            && !mains
-                .iter()
-                .any(|st| matches!(st, Stage::GetItem | Stage::Collate | Stage::Send));
+        // Until the next tick.
+        self.workers_starting = start_up_holds_the_loop(workers.iter().flat_map(|(_, ts)| ts));
         let loop_stage = loop_stage.map(|st| self.starting_wait(st));
         let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
@@ -653,8 +639,7 @@ impl Run {
     }
 
     /// Reads every worker's stacks: per worker process, each of its
-    /// threads' stage this tick, what it waited for, and whether it is
-    /// the worker's main thread.
+    /// threads' stage this tick, what it waited for, and which thread.
     fn worker_ticks(&mut self, start_ns: u64, end_ns: u64) -> Vec<(i32, Vec<WorkerStage>)> {
         let mut workers = Vec::new();
         for (&pid, w) in self.workers.iter_mut() {
@@ -676,7 +661,7 @@ impl Run {
                     pid,
                     stages
                         .into_iter()
-                        .map(|t| (t.stage, t.wait, t.thread == WorkerThread::Loop))
+                        .map(|t| (t.stage, t.wait, t.thread))
                         .collect::<Vec<_>>(),
                 ));
             }

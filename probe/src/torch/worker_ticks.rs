@@ -27,6 +27,26 @@ pub(super) enum WorkerThread {
     Sharer,
 }
 
+/// A worker thread's stage at a tick, what it waited for, and which
+/// thread of the worker it is.
+pub(super) type WorkerStage = (Stage, Option<Wait>, WorkerThread);
+
+/// Whether the training loop, waiting for a batch, waits for its workers'
+/// start-up: a worker's main thread starting and none working on a batch.
+/// A worker that started first sits idle once its first batches are done:
+/// the loop takes them in order, and the next is a starting one's.
+pub(super) fn start_up_holds_the_loop<'a>(ticks: impl Iterator<Item = &'a WorkerStage>) -> bool {
+    let mut starting = false;
+    for &(stage, _, thread) in ticks {
+        match (thread, stage) {
+            (WorkerThread::Loop, Stage::Startup) => starting = true,
+            (WorkerThread::Loop, Stage::GetItem | Stage::Collate | Stage::Send) => return false,
+            _ => {}
+        }
+    }
+    starting
+}
+
 /// A worker's thread in a stage at a tick, and whether it waited for the
 /// worker's GIL (None: not told).
 pub(super) struct WorkerTick<'s> {
@@ -87,4 +107,24 @@ fn worker_wait(
     }
     let wait = frames.wait(s);
     (wait == Some(Wait::Gil)).then_some((Stage::Send, wait))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_up_holds_the_loop_while_no_worker_works_on_a_batch() {
+        let t = |stage, thread| (stage, None, thread);
+        let (main, feeder) = (WorkerThread::Loop, WorkerThread::Feeder);
+        let holds = |v: &[WorkerStage]| start_up_holds_the_loop(v.iter());
+        // One worker importing, the other idle with its batches done.
+        assert!(holds(&[t(Stage::Startup, main), t(Stage::Idle, main)]));
+        // One working on a batch: the loop may wait for that one.
+        assert!(!holds(&[t(Stage::Startup, main), t(Stage::GetItem, main)]));
+        // A feeder sending is not the worker's main thread.
+        assert!(holds(&[t(Stage::Startup, main), t(Stage::Send, feeder)]));
+        assert!(!holds(&[t(Stage::Idle, main)]));
+        assert!(!holds(&[]));
+    }
 }
