@@ -102,6 +102,9 @@ pub struct DataLoaderSource<'obj> {
     sampled_wall_ns: (u64, u64),
     /// Each worker's CPU when last read, ns.
     worker_cpu: std::collections::HashMap<i32, u64>,
+    /// The job's CPU as the poll read it (`cpu_ns`), for the poll's
+    /// observation: one walk of the process tree in /proc a poll.
+    job_cpu_ns: std::cell::Cell<Option<u64>>,
     io: FileReads<'obj>,
     held: Vec<Held>,
     /// The GetItem node's path, as the last poll's nodes had it.
@@ -131,6 +134,7 @@ impl<'obj> DataLoaderSource<'obj> {
             recorded: Recorded::default(),
             sampled_wall_ns: (0, 0),
             worker_cpu: Default::default(),
+            job_cpu_ns: Default::default(),
             io,
             held: Vec::new(),
             get_item_path: String::new(),
@@ -158,7 +162,8 @@ impl<'obj> DataLoaderSource<'obj> {
         }
     }
 
-    /// `wall_ns`: the instant the file reads were cut at.
+    /// `wall_ns`: the instant the file reads were cut at; the job's CPU is
+    /// the poll's.
     fn observation(
         &mut self,
         o: &Observed,
@@ -209,7 +214,7 @@ impl<'obj> DataLoaderSource<'obj> {
             training_unknown_ns: o.training_unknown_ns,
             pin_memory_stages: names(&o.pin_memory),
             workers,
-            job_cpu_ns: self.cpu_ns().unwrap_or(0),
+            job_cpu_ns: self.job_cpu_ns.get().unwrap_or(0),
             sharing_strategy: o.sharing_strategy.map(str::to_string),
             io: None,
             training_gil: names(&o.training_gil),
@@ -518,7 +523,9 @@ impl Source for DataLoaderSource<'_> {
             .and_then(|s| s.observed().state)
             .map(|st| st.workers.iter().map(|&(_, p)| p).collect())
             .unwrap_or_default();
-        target::job_tree_cpu_ns(self.target.pid, &named)
+        let ns = target::job_tree_cpu_ns(self.target.pid, &named);
+        self.job_cpu_ns.set(ns);
+        ns
     }
 
     fn prepare(&mut self, _round: &Round) -> Result<Prepared> {
