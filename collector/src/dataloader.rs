@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::loader_observation::{delta, STALLS};
 pub use crate::loader_observation::{DataLoaderObservation, ProcessIo, Role, WorkerObservation};
 use crate::process_files::{FileReads, PidFiles};
+use crate::read_dirs;
+pub use crate::read_dirs::{DirIo, DIRS, OTHER_DIRS};
 
 /// The window's DataLoader figures (dataloader.json).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -109,24 +111,10 @@ pub struct IoSummary {
     /// Distinct files read (named by the file events; see `io_dirs`).
     pub io_files: u64,
     /// Where the bytes came from: the directory of each file read, most
-    /// bytes first. At most `DIRS` directories, the rest summed in one
-    /// entry named `(other directories)`.
+    /// bytes first, at most `DIRS` entries (`read_dirs.rs` folds the
+    /// deepest directories into the one above them past that).
     pub io_dirs: Vec<DirIo>,
 }
-
-/// The reads of the files of one directory.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-pub struct DirIo {
-    pub dir: String,
-    pub bytes: u64,
-    pub reads: u64,
-    pub files: u64,
-}
-
-/// Directories listed per process before the rest is summed.
-pub const DIRS: usize = 32;
-/// The entry of `io_dirs` that sums the directories past `DIRS`.
-pub const OTHER_DIRS: &str = "(other directories)";
 
 /// The job's file reads over the window, by role.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -208,42 +196,7 @@ fn io_of(pids: &[i32], deltas: &BTreeMap<i32, ProcessIo>, files: &PidFiles) -> I
     }
     s.io_read_s = read_ns as f64 / 1e9;
     s.io_files = paths.len() as u64;
-    let mut dirs: BTreeMap<&str, DirIo> = BTreeMap::new();
-    for (path, r) in paths {
-        let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
-        let e = dirs.entry(dir).or_insert_with(|| DirIo {
-            dir: if dir.is_empty() && !path.starts_with('/') {
-                // A name without a directory: an unknown file's.
-                "(unknown)".into()
-            } else if dir.is_empty() {
-                "/".into()
-            } else {
-                dir.to_string()
-            },
-            ..Default::default()
-        });
-        e.bytes += r.bytes;
-        e.reads += r.reads;
-        e.files += 1;
-    }
-    let mut dirs: Vec<DirIo> = dirs.into_values().collect();
-    dirs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.dir.cmp(&b.dir)));
-    if dirs.len() > DIRS {
-        let rest = dirs.split_off(DIRS);
-        dirs.push(rest.into_iter().fold(
-            DirIo {
-                dir: OTHER_DIRS.into(),
-                ..Default::default()
-            },
-            |mut a, d| {
-                a.bytes += d.bytes;
-                a.reads += d.reads;
-                a.files += d.files;
-                a
-            },
-        ));
-    }
-    s.io_dirs = dirs;
+    s.io_dirs = read_dirs::by_directory(paths);
     s
 }
 
@@ -613,29 +566,6 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("; 1 other process 0.0 MB"), "{line}");
-    }
-
-    #[test]
-    fn directories_past_the_cap_are_summed() {
-        let mut files = PidFiles::new();
-        let per: BTreeMap<String, FileReads> = (0..DIRS as u64 + 5)
-            .map(|i| {
-                (
-                    format!("/d{i:03}/f"),
-                    FileReads {
-                        bytes: 1_000 - i,
-                        reads: 1,
-                    },
-                )
-            })
-            .collect();
-        files.insert(3, per);
-        let deltas = [(3, pio(3, Role::Worker, 0, 0))].into();
-        let s = io_of(&[3], &deltas, &files);
-        assert_eq!(s.io_dirs.len(), DIRS + 1);
-        assert_eq!(s.io_dirs[0].dir, "/d000");
-        let other = s.io_dirs.last().unwrap();
-        assert_eq!((other.dir.as_str(), other.files), (OTHER_DIRS, 5));
     }
 
     #[test]

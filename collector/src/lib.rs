@@ -24,6 +24,7 @@ pub mod loader_waits;
 pub mod opnames;
 pub mod process_files;
 pub mod proto;
+pub mod read_dirs;
 pub mod report;
 pub mod snapshot;
 mod split;

@@ -605,11 +605,10 @@ fn dataloader_spawned_persistent_workers() {
 fn dataloader_forkserver_workers_new_each_epoch() {
     // Forkserver workers are the forkserver's children, not the training
     // process's: they are found all the same, though they come and go at
-    // each 32-batch epoch's edges. Their reads of the dataset are not
-    // checked against the job's own counts: a worker that imports lists
-    // its 32 largest directories only, and one that started just before
-    // the window's end has its few dataset reads among the rest (2 runs
-    // in 6; docs/pytorch.md, "Not yet").
+    // each 32-batch epoch's edges. A worker that started just before the
+    // window's end has read thousands of module files and a few of the
+    // dataset: its dataset directories are listed all the same, their
+    // bytes exact against its own count.
     let data = data_dir();
     let c = check_all(&Case {
         script: "torch_image.py",
@@ -654,6 +653,7 @@ fn dataloader_forkserver_workers_new_each_epoch() {
         "{}",
         r["recommendations"]
     );
+    check_file_reads(&c, &data, "forkserver");
 }
 
 /// `plumber-probe run` as an unprivileged user (uid 65534, no
