@@ -47,6 +47,19 @@ fn dataloader_for_loop_at_module_level_follows_the_training_one() {
     );
 }
 
+/// The same with both loaders held only as a global object's attributes
+/// (`for batch in trainer.train_loader:`), as a trainer or a data module
+/// holds them: no global names either loader. Before the probe looked
+/// through such an object's attributes, the training loader was taken
+/// for gone at each validation pass, and both loaders' batches counted.
+#[test]
+fn dataloader_loaders_in_a_global_object_follow_the_training_one() {
+    attached_in_a_validation_pass(
+        "torch_toplevel.py",
+        &["--val-samples", "1024", "--for-loop", "--in-object"],
+    );
+}
+
 /// Validation (`--val-samples` in `extra`) takes about as long as an
 /// epoch's training or longer (2,048 samples in order against 1,024
 /// shuffled), so that the probe, started as a pass begins, attaches in

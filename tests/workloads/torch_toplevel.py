@@ -6,13 +6,15 @@ shuffled training DataLoader and, with --val-samples, a validation DataLoader in
 module globals, as is their iterator: no function's frame holds any of them, only the module's
 own namespace (the frame's f_locals, its globals). After each training epoch a validation pass
 runs in a `for` loop at module level. With --for-loop the training epochs are `for` loops too:
-the training iterator then lives only on the module frame's value stack.
+the training iterator then lives only on the module frame's value stack. With --in-object
+both loaders are attributes of a global object (`trainer.train_loader`, as a trainer or a
+data module holds them), and no global names them.
 
 Prints the torch_common protocol (READY, GT with val_root= and val_ns= when validating,
 WORKERS, VAL, DONE); stall_ns is the time inside the training loader's iter() and next().
 Only the options torch_common.run() would use here are honoured: --num-workers, --batch-size,
 --epoch-samples, --val-samples, --seconds, --gt-interval, --seed, --start-method,
---persistent-workers, --prefetch-factor, --pyiters, --for-loop.
+--persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object.
 """
 
 import argparse
@@ -36,6 +38,13 @@ def add_args(p):
     p.add_argument("--for-loop", action="store_true",
                    help="train in `for x in train_loader:` (the iterator on the module frame's "
                         "stack only) instead of calling next() on a global iterator")
+    p.add_argument("--in-object", action="store_true",
+                   help="hold both loaders as attributes of a global object, not as globals")
+
+
+class Trainer:
+    """What holds the loaders with --in-object."""
+
 
 if __name__ == "__main__":
     import torch
@@ -53,12 +62,20 @@ if __name__ == "__main__":
         vargs.epoch_samples, vargs.persistent_workers = args.val_samples, False
         val_loader = torch_common.make_loader(torch_pyxform.build(vargs), vargs, shuffle=False)
 
+    # Where the loops take the loaders from: the module's own globals, or
+    # a global object's attributes (the names deleted).
+    trainer = sys.modules[__name__]
+    if args.in_object:
+        trainer = Trainer()
+        trainer.train_loader, trainer.val_loader = train_loader, val_loader
+        del train_loader, val_loader
+
     root = elems = epoch = stall = val_root = val_ns = 0
     pids = None
     it = None
 
     def gt(now):
-        extra = f" val_ns={val_ns} val_root={val_root}" if val_loader is not None else ""
+        extra = f" val_ns={val_ns} val_root={val_root}" if trainer.val_loader is not None else ""
         torch_common._emit(f"GT wall_ns={now} root={root} elems={elems} stall_ns={stall} "
                            f"epoch={epoch}{extra}")
 
@@ -99,7 +116,7 @@ if __name__ == "__main__":
         torch_common._emit(f"VAL epoch={epoch - 1} wall_ns={time.time_ns()}")
         t = time.perf_counter_ns()
         with torch_common._Blocked():
-            for _ in val_loader:
+            for _ in trainer.val_loader:
                 val_root += 1
         val_ns += time.perf_counter_ns() - t
         gt(time.time_ns())
@@ -111,7 +128,7 @@ if __name__ == "__main__":
         # The epoch's next() calls are the time between two bodies.
         t = time.perf_counter_ns()
         first = True
-        for x in train_loader:
+        for x in trainer.train_loader:
             stall += time.perf_counter_ns() - t
             if first:
                 workers_started(sorted(c.pid for c in multiprocessing.active_children()))
@@ -123,13 +140,13 @@ if __name__ == "__main__":
         else:
             stall += time.perf_counter_ns() - t
             epoch += 1
-            if val_loader is not None:
+            if trainer.val_loader is not None:
                 validate()
     while not args.for_loop and going():
         t = time.perf_counter_ns()
         if it is None:
             with torch_common._Blocked():
-                it = iter(train_loader)
+                it = iter(trainer.train_loader)
             workers_started(torch_common.worker_pids(it))
         try:
             x = next(it)
@@ -137,7 +154,7 @@ if __name__ == "__main__":
             stall += time.perf_counter_ns() - t
             it = None
             epoch += 1
-            if val_loader is not None:
+            if trainer.val_loader is not None:
                 validate()
             continue
         stall += time.perf_counter_ns() - t

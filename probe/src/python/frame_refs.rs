@@ -9,7 +9,10 @@
 //! between two calls. Code running at module level (a script's loop, a
 //! notebook's cell) keeps its names in the module's globals, the frame's
 //! namespace (`f_locals`): its items are looked through too, up to
-//! `MAX_NAMESPACE_ITEMS`, though not their attributes.
+//! `MAX_NAMESPACE_ITEMS`, and after them the attributes of the instances
+//! of the job's classes among them (`trainer.train_loader`, a loop at
+//! module level over loaders a trainer or a data module holds), up to
+//! `MAX_GLOBAL_OBJECTS`.
 //!
 //! While a frame runs, CPython does not store its stack's top (3.9
 //! `f_stacktop` is NULL, 3.10 `f_stackdepth` and 3.11+ `stacktop` are -1):
@@ -38,6 +41,10 @@ const MAX_DICT_ITEMS: u64 = 64;
 /// Most names of a frame's namespace (a module's globals) looked through:
 /// a script's or a notebook's are a few hundred at most; each costs a read.
 const MAX_NAMESPACE_ITEMS: u64 = 512;
+/// Most instances of classes among a namespace's items whose attributes
+/// are looked through (a trainer, a model, the parsed arguments): each
+/// costs a read of its attributes' table and one per attribute.
+const MAX_GLOBAL_OBJECTS: usize = 64;
 /// Most classes of an MRO read: a class hierarchy is a few deep; a longer
 /// tuple is not an MRO.
 const MAX_MRO: u64 = 32;
@@ -67,6 +74,8 @@ struct Where<'a> {
     slots: &'a Slots,
     i: usize,
     key: Option<(u64, Inside)>,
+    /// The namespace item whose attribute `key` is: `global NAME.KEY`.
+    global: Option<u64>,
 }
 
 /// What of a slot's object is looked through.
@@ -130,11 +139,12 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
             }
         };
         let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
-        let via = match at.key {
-            None => slot(),
-            Some((key, Inside::Namespace)) => format!("global {}", name(key)),
-            Some((key, Inside::Items)) => format!("{}[{:?}]", slot(), name(key)),
-            Some((key, _)) => format!("{}.{}", slot(), name(key)),
+        let via = match (at.key, at.global) {
+            (Some((key, _)), Some(g)) => format!("global {}.{}", name(g), name(key)),
+            (None, _) => slot(),
+            (Some((key, Inside::Namespace)), _) => format!("global {}", name(key)),
+            (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
+            (Some((key, _)), _) => format!("{}.{}", slot(), name(key)),
         };
         let f = Found {
             addr,
@@ -243,6 +253,7 @@ impl Objects {
                     slots,
                     i,
                     key: None,
+                    global: None,
                 };
                 if look.wants(self, &t, &name) && look.found(self, obj, name, &at) {
                     return Ok(look.out);
@@ -271,6 +282,7 @@ impl Objects {
                 slots,
                 i: 0,
                 key: None,
+                global: None,
             };
             if self.look_inside(&mut look, &at, ns, Inside::Namespace) {
                 return Ok(look.out);
@@ -283,6 +295,7 @@ impl Objects {
                 slots,
                 i,
                 key: None,
+                global: None,
             };
             if self.look_inside(&mut look, &at, obj, inside) {
                 return Ok(look.out);
@@ -307,6 +320,9 @@ impl Objects {
             Inside::Namespace => self.dict_items(obj, MAX_NAMESPACE_ITEMS).ok().flatten(),
             Inside::Nothing => None,
         };
+        // A namespace's instances of the job's classes, for their
+        // attributes once every item was seen.
+        let mut objects = Vec::new();
         for (key, v) in entries.unwrap_or_default() {
             let Some((t, n)) = self.type_named(v, &mut look.types) else {
                 continue;
@@ -316,6 +332,22 @@ impl Objects {
                 ..*at
             };
             if look.wants(self, &t, &n) && look.found(self, v, n, &at) {
+                return true;
+            }
+            if inside == Inside::Namespace
+                && objects.len() < MAX_GLOBAL_OBJECTS
+                && t.flags & TPFLAGS_HEAPTYPE != 0
+                && t.flags & TPFLAGS_DICT_SUBCLASS == 0
+            {
+                objects.push((key, v));
+            }
+        }
+        for (global, obj) in objects {
+            let at = Where {
+                global: Some(global),
+                ..*at
+            };
+            if self.look_inside(look, &at, obj, Inside::Attrs) {
                 return true;
             }
         }
