@@ -134,7 +134,13 @@ impl<'obj> ProcIo<'obj> {
             self.opens.clear();
         }
         let mut acc: HashMap<FileKey, FileIo> = HashMap::new();
-        let mut cwd: HashMap<i32, Option<String>> = HashMap::new();
+        let mut cwd = WorkingDirs {
+            parents: lost
+                .iter()
+                .map(|(pid, c)| (*pid, c.parent as i32))
+                .collect(),
+            known: HashMap::new(),
+        };
         for e in now {
             match e.kind {
                 IO_OPEN => self.on_open(e, &mut cwd),
@@ -177,7 +183,7 @@ impl<'obj> ProcIo<'obj> {
         Ok(Cut { processes, files })
     }
 
-    fn on_open(&mut self, e: TreeIoEvent, cwd: &mut HashMap<i32, Option<String>>) {
+    fn on_open(&mut self, e: TreeIoEvent, cwd: &mut WorkingDirs) {
         let pid = e.tgid as i32;
         let path = absolute(pid, &e.path, e.dirfd, cwd);
         self.paths.insert((e.dev, e.ino), path);
@@ -279,24 +285,54 @@ fn unknown_file(dev: u64, ino: u64) -> String {
     )
 }
 
+/// The working directories of the job's processes, read once per cut.
+struct WorkingDirs {
+    /// Each followed process's parent (the BPF side's).
+    parents: HashMap<i32, i32>,
+    known: HashMap<i32, Option<String>>,
+}
+
+impl WorkingDirs {
+    /// How far up the parents a process that ended looks.
+    const UP: usize = 8;
+
+    /// `pid`'s working directory; for a process that ended (a worker of
+    /// one short epoch, gone before the cut), its nearest live ancestor's,
+    /// which it inherited unless it changed directory.
+    fn of(&mut self, pid: i32) -> Option<String> {
+        let mut p = pid;
+        for _ in 0..Self::UP {
+            let dir = self
+                .known
+                .entry(p)
+                .or_insert_with(|| link(format!("/proc/{p}/cwd")))
+                .clone();
+            if dir.is_some() {
+                return dir;
+            }
+            p = *self.parents.get(&p).filter(|&&pp| pp > 0 && pp != p)?;
+        }
+        None
+    }
+}
+
+fn link(p: String) -> Option<String> {
+    std::fs::read_link(p)
+        .ok()
+        .map(|d| d.to_string_lossy().into_owned())
+}
+
 /// An open's path made absolute: relative to the process's working
-/// directory, or to the directory its `dirfd` names (read now, after the
-/// open: a process that changed directory since, or closed the fd, keeps
-/// the path as it was given).
-fn absolute(pid: i32, path: &str, dirfd: i32, cwd: &mut HashMap<i32, Option<String>>) -> String {
+/// directory (see [`WorkingDirs::of`]), or to the directory its `dirfd`
+/// names (read now, after the open: a process that changed directory
+/// since, or closed the fd, keeps the path as it was given).
+fn absolute(pid: i32, path: &str, dirfd: i32, cwd: &mut WorkingDirs) -> String {
     const AT_FDCWD: i32 = -100;
     if path.starts_with('/') || path.is_empty() {
         return path.to_string();
     }
-    let link = |p: String| {
-        std::fs::read_link(p)
-            .ok()
-            .map(|d| d.to_string_lossy().into_owned())
-    };
     let dir = if dirfd == AT_FDCWD {
-        cwd.entry(pid)
-            .or_insert_with(|| link(format!("/proc/{pid}/cwd")))
-            .clone()
+        cwd.of(pid)
     } else {
         link(format!("/proc/{pid}/fd/{dirfd}"))
     };
@@ -408,15 +444,26 @@ mod tests {
     fn relative_paths_are_made_absolute() {
         assert_eq!(normalize("/a/./b/../c//d"), "/a/c/d");
         assert_eq!(normalize("/../x"), "/x");
-        let mut cwd = HashMap::new();
-        cwd.insert(1, Some("/work/job".to_string()));
+        let mut cwd = WorkingDirs {
+            parents: [(3, 1), (4, 3), (5, 0)].into(),
+            known: [
+                (1, Some("/work/job".to_string())),
+                (2, None),
+                (3, None),
+                (4, None),
+                (5, None),
+            ]
+            .into(),
+        };
         assert_eq!(
             absolute(1, "data/x.jpg", -100, &mut cwd),
             "/work/job/data/x.jpg"
         );
         assert_eq!(absolute(1, "/abs", -100, &mut cwd), "/abs");
-        cwd.insert(2, None);
         assert_eq!(absolute(2, "rel", -100, &mut cwd), "rel");
+        // Ended, as its parent: the grandparent's directory.
+        assert_eq!(absolute(4, "d/y", -100, &mut cwd), "/work/job/d/y");
+        assert_eq!(absolute(5, "rel", -100, &mut cwd), "rel");
     }
 
     #[test]
