@@ -52,11 +52,20 @@ fn dataloader_for_loop_at_module_level_follows_the_training_one() {
 /// holds them: no global names either loader. Before the probe looked
 /// through such an object's attributes, the training loader was taken
 /// for gone at each validation pass, and both loaders' batches counted.
+/// The namespace has 2,000 names before the object, as a notebook's
+/// after many cell runs: namespaces of over 512 were not looked through.
 #[test]
 fn dataloader_loaders_in_a_global_object_follow_the_training_one() {
     attached_in_a_validation_pass(
         "torch_toplevel.py",
-        &["--val-samples", "1024", "--for-loop", "--in-object"],
+        &[
+            "--val-samples",
+            "1024",
+            "--for-loop",
+            "--in-object",
+            "--extra-globals",
+            "2000",
+        ],
     );
 }
 

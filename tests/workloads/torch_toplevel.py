@@ -8,13 +8,15 @@ own namespace (the frame's f_locals, its globals). After each training epoch a v
 runs in a `for` loop at module level. With --for-loop the training epochs are `for` loops too:
 the training iterator then lives only on the module frame's value stack. With --in-object
 both loaders are attributes of a global object (`trainer.train_loader`, as a trainer or a
-data module holds them), and no global names them.
+data module holds them), and no global names them. --extra-globals N adds N names to the
+module's namespace before the loaders (a notebook's grows by `_i12`, `_12` a cell run).
 
 Prints the torch_common protocol (READY, GT with val_root= and val_ns= when validating,
 WORKERS, VAL, DONE); stall_ns is the time inside the training loader's iter() and next().
 Only the options torch_common.run() would use here are honoured: --num-workers, --batch-size,
 --epoch-samples, --val-samples, --seconds, --gt-interval, --seed, --start-method,
---persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object.
+--persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object,
+--extra-globals.
 """
 
 import argparse
@@ -40,6 +42,8 @@ def add_args(p):
                         "stack only) instead of calling next() on a global iterator")
     p.add_argument("--in-object", action="store_true",
                    help="hold both loaders as attributes of a global object, not as globals")
+    p.add_argument("--extra-globals", type=int, default=0, metavar="N",
+                   help="names added to the module's namespace before the loaders")
 
 
 class Trainer:
@@ -55,6 +59,8 @@ if __name__ == "__main__":
         signal.signal(s, lambda signum, frame: stop.update(flag=True))
     torch.set_num_threads(max(args.threads, 1))
     torch.manual_seed(args.seed)
+    for i in range(args.extra_globals):
+        globals()[f"_i{i}"] = f"cell {i}"
     train_loader = torch_common.make_loader(torch_pyxform.build(args), args)
     val_loader = None
     if args.val_samples > 0:

@@ -39,8 +39,9 @@ const MAX_SLOTS: u64 = 1 << 16;
 /// a few; a big one (a cache, a vocabulary) would cost a read per item.
 const MAX_DICT_ITEMS: u64 = 64;
 /// Most names of a frame's namespace (a module's globals) looked through:
-/// a script's or a notebook's are a few hundred at most; each costs a read.
-const MAX_NAMESPACE_ITEMS: u64 = 512;
+/// a script's are a few hundred; a notebook's grow by one or two a cell
+/// run (`_i12`, `_12`). Their values' headers are read 1,024 to a call.
+const MAX_NAMESPACE_ITEMS: u64 = 8192;
 /// Most instances of classes among a namespace's items whose attributes
 /// are looked through (a trainer, a model, the parsed arguments): each
 /// costs a read of its attributes' table and one per attribute.
@@ -320,11 +321,21 @@ impl Objects {
             Inside::Namespace => self.dict_items(obj, MAX_NAMESPACE_ITEMS).ok().flatten(),
             Inside::Nothing => None,
         };
+        let entries = entries.unwrap_or_default();
+        // A namespace's values' types, read together.
+        let read = (inside == Inside::Namespace).then(|| {
+            let values: Vec<u64> = entries.iter().map(|&(_, v)| v).collect();
+            self.live_types(&values)
+        });
         // A namespace's instances of the job's classes, for their
         // attributes once every item was seen.
         let mut objects = Vec::new();
-        for (key, v) in entries.unwrap_or_default() {
-            let Some((t, n)) = self.type_named(v, &mut look.types) else {
+        for (i, &(key, v)) in entries.iter().enumerate() {
+            let ty = match &read {
+                Some(r) => r[i],
+                None => self.live_type(v).ok().flatten(),
+            };
+            let Some((t, n)) = ty.and_then(|ty| self.type_named_as(v, ty, &mut look.types)) else {
                 continue;
             };
             let at = Where {
@@ -393,6 +404,12 @@ impl Objects {
     /// costs only the read of the object's header.
     fn type_named(&self, obj: u64, types: &mut Types) -> Option<(TypeInfo, String)> {
         let ty = self.live_type(obj).ok()??;
+        self.type_named_as(obj, ty, types)
+    }
+
+    /// [`type_named`](Self::type_named) of an object whose header was read
+    /// (`ty`, its live type).
+    fn type_named_as(&self, obj: u64, ty: u64, types: &mut Types) -> Option<(TypeInfo, String)> {
         if let Some(known) = types.get(&ty) {
             return known.clone();
         }

@@ -413,6 +413,36 @@ impl Objects {
         Ok((refcnt > 0 && refcnt <= MAX_REFCNT).then_some(ty))
     }
 
+    /// [`Objects::live_type`] of each of `objs`, their headers read up to
+    /// 1,024 to a call: a big namespace's values cost a few calls to the
+    /// kernel, not one each. A header the kernel could not read ends its
+    /// call there; those after it are read one by one.
+    pub(super) fn live_types(&self, objs: &[u64]) -> Vec<Option<u64>> {
+        let mut out = vec![None; objs.len()];
+        let plausible: Vec<usize> = (0..objs.len())
+            .filter(|&i| user_addr(objs[i]) && objs[i].is_multiple_of(8))
+            .collect();
+        for chunk in plausible.chunks(1024) {
+            let mut bufs = vec![[0u8; 16]; chunk.len()];
+            let mut parts: Vec<(u64, &mut [u8])> = chunk
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&i, b)| (objs[i], b.as_mut_slice()))
+                .collect();
+            let whole = self.mem.read_many(&mut parts);
+            for (k, &i) in chunk.iter().enumerate() {
+                out[i] = if k < whole {
+                    let h = &bufs[k];
+                    let (refcnt, ty) = (word_at(h, 0), word_at(h, self.lay.ob_type as usize));
+                    (refcnt > 0 && refcnt <= MAX_REFCNT).then_some(ty)
+                } else {
+                    self.live_type(objs[i]).ok().flatten()
+                };
+            }
+        }
+        out
+    }
+
     /// Whether `obj` still reads as a live object of type `ty`, in one
     /// read of its header: a freed object's first word is its allocator's
     /// free-list link (or its page is gone), and another object at its
