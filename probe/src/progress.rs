@@ -12,7 +12,13 @@ pub(crate) struct Progress {
     quiet: bool,
     last: Instant,
     last_root: Option<(Instant, i64)>,
+    /// The waiting line was printed.
+    said_waiting: bool,
 }
+
+/// How long the recording waits for its pipeline before it says so: most
+/// targets are found within a poll or two.
+const SAY_WAITING_AFTER: Duration = Duration::from_secs(2);
 
 impl Progress {
     pub(crate) fn new(quiet: bool) -> Self {
@@ -21,6 +27,7 @@ impl Progress {
             quiet,
             last: Instant::now(),
             last_root: None,
+            said_waiting: false,
         }
     }
 
@@ -58,6 +65,18 @@ impl Progress {
             writeln!(err, "{line}")
         };
         let _ = err.flush();
+    }
+
+    /// The pipeline is not found yet, `waited` into the recording: past
+    /// `SAY_WAITING_AFTER` one line says what for, so that a silent wait
+    /// (a job still loading its data, a process that never iterates a
+    /// loader) does not read as a hang.
+    pub(crate) fn waiting(&mut self, pid: i32, what: &str, waited: Duration) {
+        if self.quiet || self.said_waiting || waited < SAY_WAITING_AFTER {
+            return;
+        }
+        self.said_waiting = true;
+        eprintln!("waiting for process {pid}: {what} (up to --wait seconds; Ctrl-C stops)");
     }
 
     /// The recording window is over; outputs follow (stack symbolization

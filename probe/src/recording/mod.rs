@@ -131,6 +131,11 @@ pub trait Source {
     fn walk(&mut self) -> Option<&mut ModelWalk> {
         None
     }
+    /// What the recording waits for while `prepare` answers `Again`, for
+    /// the line that says so.
+    fn awaited(&self) -> &'static str {
+        "its tf.data pipeline to start"
+    }
     /// Finds the pipeline when it is not known yet. An error before the
     /// window started fails the recording; after it, the recording ends.
     fn prepare(&mut self, round: &Round) -> Result<Prepared> {
@@ -283,7 +288,14 @@ impl LoopState {
         loop {
             match source.prepare(&self.round()) {
                 Ok(Prepared::Ready) => {}
-                Ok(Prepared::Again) => continue,
+                Ok(Prepared::Again) => {
+                    if self.window_start.is_none() {
+                        let waited = self.began.elapsed();
+                        self.progress
+                            .waiting(source.pid(), source.awaited(), waited);
+                    }
+                    continue;
+                }
                 Ok(Prepared::End(stop)) => return Ok(stop),
                 // A pipeline without a model fails the recording whenever
                 // it is found: the caller may record it another way.

@@ -620,6 +620,10 @@ impl Source for DataLoaderSource<'_> {
         INTERVAL
     }
 
+    fn awaited(&self) -> &'static str {
+        "its training loop to iterate a DataLoader"
+    }
+
     fn exit_end(&self, has_duration: bool) -> (bool, &'static str) {
         match self.job {
             Job::Attached { .. } => (true, "target exited"),
