@@ -65,21 +65,27 @@ pub fn by_directory<'a>(paths: impl IntoIterator<Item = (&'a str, FileReads)>) -
     dirs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.dir.cmp(&b.dir)));
     if dirs.len() > DIRS {
         let rest = dirs.split_off(DIRS);
-        dirs.push(rest.into_iter().fold(
-            DirIo {
-                dir: OTHER_DIRS.into(),
-                ..Default::default()
-            },
-            |mut a, d| {
-                a.bytes += d.bytes;
-                a.reads += d.reads;
-                a.files += d.files;
-                a.subdirs += d.subdirs;
-                a
-            },
-        ));
+        dirs.push(summed(OTHER_DIRS, rest));
     }
     dirs
+}
+
+/// One entry named `dir` for `entries`: each entry not named so is a
+/// directory below it (or, for `OTHER_DIRS`, beside the list).
+fn summed(dir: &str, entries: Vec<DirIo>) -> DirIo {
+    entries.into_iter().fold(
+        DirIo {
+            dir: dir.to_string(),
+            ..Default::default()
+        },
+        |mut a, d| {
+            a.bytes += d.bytes;
+            a.reads += d.reads;
+            a.files += d.files;
+            a.subdirs += d.subdirs + u64::from(dir != OTHER_DIRS && d.dir != dir);
+            a
+        },
+    )
 }
 
 /// Whether `dir` is `p` or below it (both absolute).
@@ -139,20 +145,7 @@ fn fold(mut dirs: Vec<DirIo>) -> Vec<DirIo> {
             dirs.extend(inside);
             continue;
         }
-        let merged = inside.into_iter().fold(
-            DirIo {
-                dir: p.clone(),
-                ..Default::default()
-            },
-            |mut a, d| {
-                a.bytes += d.bytes;
-                a.reads += d.reads;
-                a.files += d.files;
-                a.subdirs += d.subdirs + u64::from(d.dir != p);
-                a
-            },
-        );
-        dirs.push(merged);
+        dirs.push(summed(&p, inside));
     }
     dirs
 }
