@@ -9,7 +9,13 @@
 //! `CALLS` times on this thread with and without the no-op `gp_warmer`
 //! program attached, a few rounds each (thread CPU time, which counts the
 //! kernel's part); the fastest round of each stands for it, as noise only
-//! ever adds. The difference per call, less the program's own run time
+//! ever adds. After each call the thread walks `WALK` cache lines of a
+//! `WORKING_SET` in a random cycle, as a pipeline thread works on its
+//! data between two hits: a trap's kernel path evicts lines the thread
+//! then fetches again, which a tight loop does not see (bench/trap_cost.py:
+//! 0.2-0.9 µs a hit with a working set in L2 or beyond, against
+//! 0.6-0.7 µs for the trap alone; bench/overhead_selfcheck.py found the
+//! calibration of a tight loop 0.4 µs a hit under what the target paid). The difference per call, less the program's own run time
 //! from the kernel's statistics, is the trap. A return probe is then
 //! added on the same function and timed the same way: what it adds per
 //! call is costed apart (`TrapCosts::ret_ns`), as it is no entry trap.
@@ -45,6 +51,11 @@ pub enum TrapError {
 /// long ones, on a loaded 2-core machine.
 const CALLS: u32 = 2_000;
 const ROUNDS: usize = 5;
+/// The data walked between two calls: within L2 (512 KiB of this VM's
+/// 1 MiB a core), where a pipeline thread's working set is.
+const WORKING_SET: usize = 512 << 10;
+/// Cache lines walked after each call: ~0.5 µs of loads from L2.
+const WALK: usize = 128;
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
@@ -171,11 +182,14 @@ impl Phases {
 /// The three phases, once: attaching waits for RCU grace periods, so the
 /// probes are attached once a phase, not once a round.
 fn measure(bpf: &Bpf<'_>, stats_on: bool, exe: &Path, offset: u64) -> Result<Phases, TrapError> {
-    let plain = fastest_round()?;
+    let mut data = Walk::new(WORKING_SET);
+    // Once through first: the lines in the caches, as in every phase after.
+    data.walk(WORKING_SET / 64);
+    let plain = fastest_round(&mut data)?;
     let entry_link = bpf.attach_own_uprobe(exe, offset, false)?;
-    let phases = probed_rounds(bpf, stats_on, 1).and_then(|entry| {
+    let phases = probed_rounds(bpf, stats_on, 1, &mut data).and_then(|entry| {
         let ret_link = bpf.attach_own_uprobe(exe, offset, true)?;
-        let pair = probed_rounds(bpf, stats_on, 2);
+        let pair = probed_rounds(bpf, stats_on, 2, &mut data);
         bpf.release(ret_link);
         Ok((entry, pair?))
     });
@@ -206,13 +220,18 @@ impl Probed {
 
 /// `ROUNDS` rounds with the probes attached, each call running the
 /// program `runs` times.
-fn probed_rounds(bpf: &Bpf<'_>, stats_on: bool, runs: u64) -> Result<Probed, TrapError> {
+fn probed_rounds(
+    bpf: &Bpf<'_>,
+    stats_on: bool,
+    runs: u64,
+    data: &mut Walk,
+) -> Result<Probed, TrapError> {
     let prog = stats_on
         .then(|| bpf.warmer_id().and_then(open_program))
         .flatten();
     let stats = || prog.as_ref().and_then(|fd| run_stats(fd.as_fd()));
     let before = stats();
-    let fastest = fastest_round()?;
+    let fastest = fastest_round(data)?;
     let after = stats();
     let (hits, ns) = match (before, after) {
         (Some((c0, n0)), Some((c1, n1))) => (c1.saturating_sub(c0), n1.saturating_sub(n0)),
@@ -272,17 +291,55 @@ fn target_address() -> u64 {
     }
 }
 
-/// Thread CPU time of the fastest of `ROUNDS` rounds of `CALLS` calls.
-fn fastest_round() -> Result<u64, TrapError> {
+/// Thread CPU time of the fastest of `ROUNDS` rounds of `CALLS` calls,
+/// each followed by a walk of `WALK` lines of `data`.
+fn fastest_round(data: &mut Walk) -> Result<u64, TrapError> {
     let mut best = u64::MAX;
     for _ in 0..ROUNDS {
         let t0 = thread_cpu_ns()?;
         for _ in 0..CALLS {
             call_target();
+            data.walk(WALK);
         }
         best = best.min(thread_cpu_ns()?.saturating_sub(t0));
     }
     Ok(best)
+}
+
+/// A random cycle through the cache lines of `WORKING_SET` bytes: each
+/// line holds the index of the next, so each load waits for the one
+/// before it and the prefetcher cannot guess the next.
+struct Walk {
+    lines: Vec<[u32; 16]>,
+    at: usize,
+}
+
+impl Walk {
+    fn new(bytes: usize) -> Walk {
+        let n = (bytes / 64).max(2);
+        // Sattolo's shuffle: one cycle through every line.
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in (1..n).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % i as u64) as usize);
+        }
+        let mut lines = vec![[0u32; 16]; n];
+        for w in 0..n {
+            lines[order[w] as usize][0] = order[(w + 1) % n];
+        }
+        Walk { lines, at: 0 }
+    }
+
+    fn walk(&mut self, steps: usize) {
+        let mut at = self.at;
+        for _ in 0..steps {
+            at = self.lines[at][0] as usize;
+        }
+        self.at = std::hint::black_box(at);
+    }
 }
 
 fn call_target() {
@@ -303,6 +360,17 @@ fn thread_cpu_ns() -> Result<u64, TrapError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_walk_is_one_cycle_through_every_line() {
+        let mut w = Walk::new(64 * 100);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..100 {
+            assert!(seen.insert(w.at));
+            w.walk(1);
+        }
+        assert_eq!((seen.len(), w.at), (100, 0));
+    }
 
     #[test]
     fn offsets_in_a_maps_line() {
