@@ -87,6 +87,11 @@ pub trait LoaderReader: Send {
     fn another_loader_began(&mut self) -> bool {
         false
     }
+    /// Whether `serves` saw the loop in a new iterator of the followed
+    /// loader, which the next state read takes without a look.
+    fn hinted(&self) -> bool {
+        false
+    }
 }
 
 /// Wall time per stage of one thread role, ns.
@@ -322,8 +327,11 @@ impl Run {
             // tells which (`IterReader::state`).
             let began = self.reader.another_loader_began();
             let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
+            // The loop seen in a new iterator of this loader: taken now, at
+            // the cost of a read by name, not of a look.
             let read = began
                 || renewed
+                || (lost && self.reader.hinted())
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
                 } else {
