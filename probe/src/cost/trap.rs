@@ -15,8 +15,9 @@
 //! then fetches again, which a tight loop does not see (bench/trap_cost.py:
 //! 0.2-0.9 µs a hit with a working set in L2 or beyond, against
 //! 0.6-0.7 µs for the trap alone; bench/overhead_selfcheck.py found the
-//! calibration of a tight loop 0.4 µs a hit under what the target paid). The difference per call, less the program's own run time
-//! from the kernel's statistics, is the trap. A return probe is then
+//! calibration of a tight loop 0.4 µs a hit under what the target paid).
+//! The difference per call, less the program's own run time from the
+//! kernel's statistics, is the trap. A return probe is then
 //! added on the same function and timed the same way: what it adds per
 //! call is costed apart (`TrapCosts::ret_ns`), as it is no entry trap.
 

@@ -413,10 +413,7 @@ impl Objects {
         if let Some(known) = types.get(&ty) {
             return known.clone();
         }
-        let named = self
-            .type_of(obj)
-            .ok()
-            .and_then(|t| Some((t, self.c_string(t.name_ptr).ok()?)));
+        let named = self.named_type(obj).ok();
         types.insert(ty, named.clone());
         named
     }

@@ -263,8 +263,13 @@ impl Objects {
     /// The name of the object's type (`tp_name`: `int`, `list`, a class's
     /// `__name__`, a C type's dotted name).
     pub fn type_name(&self, obj: u64) -> Result<String, ObjError> {
+        Ok(self.named_type(obj)?.1)
+    }
+
+    /// The object's type and its name, read together.
+    pub fn named_type(&self, obj: u64) -> Result<(TypeInfo, String), ObjError> {
         let t = self.type_of(obj)?;
-        self.c_string(t.name_ptr)
+        Ok((t, self.c_string(t.name_ptr)?))
     }
 
     /// A NUL-terminated printable name, read in page-sized pieces.
@@ -413,34 +418,9 @@ impl Objects {
     }
 
     /// The type in an object's header, if its reference count is one.
-    fn header_type(&self, h: &[u8]) -> Option<u64> {
+    pub(super) fn header_type(&self, h: &[u8]) -> Option<u64> {
         let (refcnt, ty) = (word_at(h, 0), word_at(h, self.lay.ob_type as usize));
         (refcnt > 0 && refcnt <= MAX_REFCNT).then_some(ty)
-    }
-
-    /// [`Objects::live_type`] of each of `objs`, their headers read up to
-    /// 1,024 to a call: a big namespace's values cost a few calls to the
-    /// kernel, not one each. A header the kernel could not read ends its
-    /// call there: that one is None, and the next call starts after it.
-    pub(super) fn live_types(&self, objs: &[u64]) -> Vec<Option<u64>> {
-        let mut out = vec![None; objs.len()];
-        let plausible: Vec<usize> = (0..objs.len())
-            .filter(|&i| user_addr(objs[i]) && objs[i].is_multiple_of(8))
-            .collect();
-        in_calls(&plausible, 1024, |chunk| {
-            let mut bufs = vec![[0u8; 16]; chunk.len()];
-            let mut parts: Vec<(u64, &mut [u8])> = chunk
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|(&i, b)| (objs[i], b.as_mut_slice()))
-                .collect();
-            let whole = self.mem.read_many(&mut parts);
-            for (k, &i) in chunk.iter().enumerate().take(whole) {
-                out[i] = self.header_type(&bufs[k]);
-            }
-            whole
-        });
-        out
     }
 
     /// Whether `obj` still reads as a live object of type `ty`, in one
@@ -717,23 +697,6 @@ fn parse_path(path: &str) -> Option<Vec<Step<'_>>> {
     Some(steps)
 }
 
-/// Calls `read` on consecutive runs of `items`, `most` at a time; `read`
-/// says how many leading ones it read, and the next call starts past the
-/// first it could not (a read of many ranges stops at an unreadable one).
-fn in_calls(items: &[usize], most: usize, mut read: impl FnMut(&[usize]) -> usize) {
-    let mut rest = items;
-    while !rest.is_empty() {
-        let chunk = &rest[..rest.len().min(most)];
-        let whole = read(chunk).min(chunk.len());
-        let next = if whole < chunk.len() {
-            whole + 1
-        } else {
-            whole
-        };
-        rest = &rest[next..];
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,26 +736,6 @@ mod tests {
         ));
         assert_eq!(digit_count(12, 2 << 3), Some(2));
         assert_eq!(digit_count(11, (-3i64) as u64), Some(3));
-    }
-
-    #[test]
-    fn reads_in_calls_go_past_what_fails() {
-        let items: Vec<usize> = (0..10).collect();
-        let mut calls = Vec::new();
-        // 4 is unreadable: a call holding it stops before it.
-        in_calls(&items, 4, |c| {
-            calls.push(c.to_vec());
-            c.iter().take_while(|&&i| i != 4).count()
-        });
-        assert_eq!(
-            calls,
-            vec![
-                vec![0, 1, 2, 3],
-                vec![4, 5, 6, 7],
-                vec![5, 6, 7, 8],
-                vec![9]
-            ]
-        );
     }
 
     #[test]

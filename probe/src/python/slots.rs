@@ -1,7 +1,8 @@
 //! Attribute slots and ints read for a caller that reads them again and
 //! again (the DataLoader's counts): where an attribute's value pointer
 //! lies, every name wanted found in one pass over the keys, and several
-//! words or ints in one call to the kernel.
+//! words or ints in one call to the kernel; and the headers of many
+//! objects (a big namespace's values) a thousand to a call.
 
 use super::code::read_string;
 use super::objects::{
@@ -181,5 +182,72 @@ impl Objects {
             return Ok(read_string(&self.mem, &self.off, key).as_deref() == Some(name));
         }
         Ok(self.key_bytes_are(&b, name))
+    }
+
+    /// [`Objects::live_type`] of each of `objs`, their headers read up to
+    /// 1,024 to a call: a big namespace's values cost a few calls to the
+    /// kernel, not one each. A header the kernel could not read ends its
+    /// call there: that one is None, and the next call starts after it.
+    pub(super) fn live_types(&self, objs: &[u64]) -> Vec<Option<u64>> {
+        let mut out = vec![None; objs.len()];
+        let plausible: Vec<usize> = (0..objs.len())
+            .filter(|&i| user_addr(objs[i]) && objs[i].is_multiple_of(8))
+            .collect();
+        in_calls(&plausible, 1024, |chunk| {
+            let mut bufs = vec![[0u8; 16]; chunk.len()];
+            let mut parts: Vec<(u64, &mut [u8])> = chunk
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(&i, b)| (objs[i], b.as_mut_slice()))
+                .collect();
+            let whole = self.mem.read_many(&mut parts);
+            for (k, &i) in chunk.iter().enumerate().take(whole) {
+                out[i] = self.header_type(&bufs[k]);
+            }
+            whole
+        });
+        out
+    }
+}
+
+/// Calls `read` on consecutive runs of `items`, `most` at a time; `read`
+/// says how many leading ones it read, and the next call starts past the
+/// first it could not (a read of many ranges stops at an unreadable one).
+fn in_calls(items: &[usize], most: usize, mut read: impl FnMut(&[usize]) -> usize) {
+    let mut rest = items;
+    while !rest.is_empty() {
+        let chunk = &rest[..rest.len().min(most)];
+        let whole = read(chunk).min(chunk.len());
+        let next = if whole < chunk.len() {
+            whole + 1
+        } else {
+            whole
+        };
+        rest = &rest[next..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_in_calls_go_past_what_fails() {
+        let items: Vec<usize> = (0..10).collect();
+        let mut calls = Vec::new();
+        // 4 is unreadable: a call holding it stops before it.
+        in_calls(&items, 4, |c| {
+            calls.push(c.to_vec());
+            c.iter().take_while(|&&i| i != 4).count()
+        });
+        assert_eq!(
+            calls,
+            vec![
+                vec![0, 1, 2, 3],
+                vec![4, 5, 6, 7],
+                vec![5, 6, 7, 8],
+                vec![9]
+            ]
+        );
     }
 }

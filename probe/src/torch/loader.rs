@@ -226,11 +226,11 @@ impl IterReader {
         }
     }
 
-    /// Whether `obj` is one of the loader's iterators (its type's name).
-    fn is_iterator(&self, obj: u64) -> bool {
-        self.objs
-            .type_name(obj)
-            .is_ok_and(|n| ITER_TYPES.contains(&n.as_str()))
+    /// The type object of `obj` when it is one of the loader's iterators
+    /// (told by the type's name).
+    fn iterator_type(&self, obj: u64) -> Option<u64> {
+        let (t, name) = self.objs.named_type(obj).ok()?;
+        ITER_TYPES.contains(&name.as_str()).then_some(t.addr)
     }
 
     /// The counts through the cached slots: one read of the iterator's
@@ -402,7 +402,7 @@ impl LoaderReader for IterReader {
             return Some(true);
         }
         let serves = self.owners.serves(&self.objs, obj);
-        if serves == Some(true) && obj != self.iter && self.is_iterator(obj) {
+        if serves == Some(true) && obj != self.iter && self.iterator_type(obj).is_some() {
             self.hint = Some(obj);
         }
         serves
@@ -448,15 +448,16 @@ impl LoaderReader for IterReader {
             self.looked = Instant::now();
             self.looked_at = now;
         }
-        let hint = std::mem::take(&mut self.hint).filter(|&h| !alive && self.is_iterator(h));
-        if let Some(h) = hint {
+        let hint = std::mem::take(&mut self.hint)
+            .filter(|_| !alive)
+            .and_then(|h| Some((h, self.iterator_type(h)?)));
+        if let Some((h, ty)) = hint {
             // The loop is in this iterator's calls: the frames hold it.
             debug!(iter = h, "the DataLoader iterator the loop is in");
             self.iter = h;
-            if let Ok(t) = self.objs.type_of(h) {
-                self.iter_type = t.addr;
-            }
+            self.iter_type = ty;
             self.looked = Instant::now();
+            self.looked_at = self.counted();
             looked = true;
         } else if looked {
             let followed = self.owners.dataset();

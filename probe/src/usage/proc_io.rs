@@ -225,9 +225,7 @@ impl<'obj> ProcIo<'obj> {
         }
         // Opened before the recording, inherited or dup'ed: the fd may
         // still name it.
-        let p = std::fs::read_link(format!("/proc/{pid}/fd/{}", e.fd))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned())
+        let p = link(format!("/proc/{pid}/fd/{}", e.fd))
             .filter(|p| p.starts_with('/'))
             .unwrap_or_else(|| unknown_file(e.dev, e.ino));
         self.paths.insert(key, p.clone());
@@ -316,6 +314,7 @@ impl WorkingDirs {
     }
 }
 
+/// Where the symbolic link `p` points (a /proc cwd or fd link).
 fn link(p: String) -> Option<String> {
     std::fs::read_link(p)
         .ok()
