@@ -161,7 +161,7 @@ PAGE_STATE_JS = """
   const ready = frames.every(f => {
     const d = f.contentDocument;
     return d && d.getElementById('frames') && typeof f.contentWindow.zoom === 'function'
-      && d.getElementById('unzoom');
+      && d.getElementById('unzoom') && f.contentWindow.plumberStarted === true;
   });
   return JSON.stringify({
     verdict: v ? v.innerText : '',
@@ -169,6 +169,37 @@ PAGE_STATE_JS = """
     frames: frames.length,
     ready: ready,
   });
+})()
+"""
+
+# A copy of the first graph loaded into a hidden frame (a background tab,
+# a page still laying out), shown 0.5 s later: it must then fit the frame,
+# with no negative width on the way.
+HIDDEN_START_JS = """
+(() => {
+  const f = document.querySelector('iframe.flame');
+  const g = document.createElement('iframe');
+  g.id = 'hidden-start';
+  g.style.display = 'none';
+  g.style.width = '800px';
+  document.body.appendChild(g);
+  g.srcdoc = JSON.parse(document.getElementById(f.getAttribute('data-src')).textContent);
+  setTimeout(() => { g.style.display = 'block'; }, 500);
+  return '{}';
+})()
+"""
+HIDDEN_STATE_JS = """
+(() => {
+  const g = document.getElementById('hidden-start');
+  const w = g && g.contentWindow;
+  const fr = w && w.document.getElementById('frames');
+  const r = JSON.stringify({
+    started: !!(w && w.plumberStarted),
+    width: fr ? parseFloat(fr.getAttribute('width')) : null,
+    // inferno's 2 x 10 px padding off the frame's inner width.
+    fits: w ? w.document.documentElement.clientWidth - 20 : null,
+  });
+  return r;
 })()
 """
 
@@ -343,6 +374,16 @@ def check(path, expect=None, screenshot=None, width=1280, max_height=16000):
                 print("op filter:", json.dumps(f), json.dumps(statuses))
                 if "error" in f or not statuses or not all(statuses):
                     failures.append(f"op filter: no answer from the flamegraphs: {f} {statuses}")
+                evaluate(cdp, session, HIDDEN_START_JS)
+                hidden = {}
+                for _ in range(50):
+                    time.sleep(0.1)
+                    hidden = evaluate(cdp, session, HIDDEN_STATE_JS)
+                    if hidden["started"]:
+                        break
+                print("hidden start:", json.dumps(hidden))
+                if not hidden["started"] or not hidden["width"] or hidden["width"] != hidden["fits"]:
+                    failures.append(f"a graph started in a hidden frame does not fit it: {hidden}")
             cdp.drain(0.5)
             failures += console_errors(cdp.events)
             failures += [f"request outside the file: {u}" for u in outside_requests(cdp.events, url)]

@@ -8,6 +8,34 @@
   history.replaceState = function (a, b, c) {
     try { replace(a, b, c); } catch (e) { /* about:srcdoc: nothing to keep */ }
   };
+  // inferno fits the graph to the frame's width when it starts (a timer
+  // after the SVG's load) and on each resize, as that width less 20 px. A
+  // frame not laid out yet (hidden, or its page still loading on a busy
+  // machine) is 0 px wide: the graph would get width -20 (Chromium logs an
+  // error) and stay broken until the next resize. So inferno starts once
+  // the frame has a width (the SVG's onload calls plumberInit, not init),
+  // and a resize to no width is not passed on to it.
+  function wide() { return document.documentElement.clientWidth > 40; }
+  window.plumberStarted = false;
+  var pending = null;
+  function start() {
+    if (pending === null || !wide()) return;
+    var evt = pending;
+    pending = null;
+    window.init(evt);
+    window.plumberStarted = true;
+  }
+  window.plumberInit = function (evt) {
+    pending = evt;
+    start();
+    // A hidden frame gets a resize when it is shown; the timer covers a
+    // browser that sends none.
+    (function poll() { if (pending !== null) { start(); setTimeout(poll, 100); } })();
+  };
+  window.addEventListener("resize", function (e) {
+    if (!wide()) { e.stopImmediatePropagation(); return; }
+    start();
+  });
   // The frame group whose function name is exactly `name` (an op's root
   // frame, e.g. "[ParallelMapV2]"), lowest row first.
   function frameNamed(name) {
@@ -32,8 +60,9 @@
   window.addEventListener("message", function (e) {
     var d = e.data || {};
     // inferno's functions are globals of this document (zoom, unzoom,
-    // search, search_prompt, searching); absent until its script ran.
-    if (typeof window.zoom !== "function") return;
+    // search, search_prompt, searching); absent until its script ran, and
+    // of no use until its init did.
+    if (typeof window.zoom !== "function" || !window.plumberStarted) return;
     if (typeof d.op === "string") {
       window.unzoom();
       if (!d.op) { reply({ op: "", found: true }); return; }

@@ -10,8 +10,9 @@
 //! 5% larger than the SVG; as a srcdoc attribute every `"` would become
 //! `&quot;`, about 20%) and the page's script sets `srcdoc` from it.
 //!
-//! A small glue script goes in front of each graph: it makes
-//! `history.replaceState` (which inferno calls on every zoom and search to
+//! A small glue script goes in front of each graph: it starts inferno's
+//! script only once the frame has a width (one that starts hidden would
+//! otherwise draw at width -20), makes `history.replaceState` (which inferno calls on every zoom and search to
 //! keep the state in the URL) harmless in an `about:srcdoc` document, where
 //! Chromium refuses it with a SecurityError, and takes messages from the
 //! page: `{op}` zooms on the op's root frame `[OpName]` (showing that op's
@@ -40,6 +41,18 @@ fn svg_element(svg: &str) -> &str {
     match svg.find("<svg") {
         Some(i) => &svg[i..],
         None => svg,
+    }
+}
+
+/// The SVG with its `onload="init(evt)"` (inferno's start) calling the
+/// glue's `plumberInit`, which starts inferno once the frame has a width.
+fn deferred_init(svg: &str) -> std::borrow::Cow<'_, str> {
+    const INFERNO: &str = "onload=\"init(evt)\"";
+    match svg.find('>') {
+        Some(end) if svg[..end].contains(INFERNO) => svg
+            .replacen(INFERNO, "onload=\"plumberInit(evt)\"", 1)
+            .into(),
+        _ => svg.into(),
     }
 }
 
@@ -73,8 +86,8 @@ pub(super) fn flamegraphs(s: &mut String, r: &Report, graphs: &[(&str, &str)]) {
     }
     op_filter(s, r);
     for (i, (kind, svg)) in graphs.iter().enumerate() {
-        let svg = svg_element(svg);
-        let height = svg_height(svg).unwrap_or(400);
+        let svg = deferred_init(svg_element(svg));
+        let height = svg_height(&svg).unwrap_or(400);
         let doc = format!(
             "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>html,body{{margin:0;padding:0}}svg{{display:block;width:100%}}</style><script>{GLUE}</script></head><body>{svg}</body></html>"
         );
@@ -127,6 +140,14 @@ mod tests {
         assert!(el.starts_with("<svg version"));
         assert_eq!(svg_height(el), Some(246));
         assert_eq!(svg_height("<svg width=\"3\">"), None);
+        let deferred = deferred_init(el);
+        assert!(deferred.starts_with(
+            "<svg version=\"1.1\" width=\"1200\" height=\"246\" onload=\"plumberInit(evt)\">"
+        ));
+        assert_eq!(
+            deferred_init("<svg><g onload=\"init(evt)\"/></svg>"),
+            "<svg><g onload=\"init(evt)\"/></svg>"
+        );
     }
 
     #[test]
