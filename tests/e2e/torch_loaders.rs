@@ -69,6 +69,18 @@ fn dataloader_loaders_in_a_global_object_follow_the_training_one() {
     );
 }
 
+/// The same one level deeper: `for batch in app.trainer.train_loader:`,
+/// the object that holds the loaders itself an attribute of a global
+/// object, as an application object holds its trainer. Before the probe
+/// looked two attributes deep, the loaders were not found as objects.
+#[test]
+fn dataloader_loaders_two_attributes_deep_follow_the_training_one() {
+    attached_in_a_validation_pass(
+        "torch_toplevel.py",
+        &["--val-samples", "1024", "--for-loop", "--nested"],
+    );
+}
+
 /// Validation (`--val-samples` in `extra`) takes about as long as an
 /// epoch's training or longer (2,048 samples in order against 1,024
 /// shuffled), so that the probe, started as a pass begins, attaches in

@@ -8,14 +8,15 @@ own namespace (the frame's f_locals, its globals). After each training epoch a v
 runs in a `for` loop at module level. With --for-loop the training epochs are `for` loops too:
 the training iterator then lives only on the module frame's value stack. With --in-object
 both loaders are attributes of a global object (`trainer.train_loader`, as a trainer or a
-data module holds them), and no global names them. --extra-globals N adds N names to the
+data module holds them), and no global names them; with --nested too, that object is itself
+an attribute of a global object (`app.trainer.train_loader`). --extra-globals N adds N names to the
 module's namespace before the loaders (a notebook's grows by `_i12`, `_12` a cell run).
 
 Prints the torch_common protocol (READY, GT with val_root= and val_ns= when validating,
 WORKERS, VAL, DONE); stall_ns is the time inside the training loader's iter() and next().
 Only the options torch_common.run() would use here are honoured: --num-workers, --batch-size,
 --epoch-samples, --val-samples, --seconds, --gt-interval, --seed, --start-method,
---persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object,
+--persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object, --nested,
 --extra-globals.
 """
 
@@ -42,12 +43,19 @@ def add_args(p):
                         "stack only) instead of calling next() on a global iterator")
     p.add_argument("--in-object", action="store_true",
                    help="hold both loaders as attributes of a global object, not as globals")
+    p.add_argument("--nested", action="store_true",
+                   help="with --in-object: that object an attribute of another global object "
+                        "(app.trainer.train_loader)")
     p.add_argument("--extra-globals", type=int, default=0, metavar="N",
                    help="names added to the module's namespace before the loaders")
 
 
 class Trainer:
     """What holds the loaders with --in-object."""
+
+
+class App:
+    """What holds the Trainer with --nested."""
 
 
 if __name__ == "__main__":
@@ -68,20 +76,29 @@ if __name__ == "__main__":
         vargs.epoch_samples, vargs.persistent_workers = args.val_samples, False
         val_loader = torch_common.make_loader(torch_pyxform.build(vargs), vargs, shuffle=False)
 
-    # Where the loops take the loaders from: the module's own globals, or
-    # a global object's attributes (the names deleted).
+    # Where the loops take the loaders from: the module's own globals, a
+    # global object's attributes (the names deleted), or those of an
+    # object that a global object holds.
     trainer = sys.modules[__name__]
-    if args.in_object:
+    if args.in_object or args.nested:
         trainer = Trainer()
         trainer.train_loader, trainer.val_loader = train_loader, val_loader
         del train_loader, val_loader
+    if args.nested:
+        app = App()
+        app.trainer = trainer
+        del trainer
+
+    def the():
+        """What holds the loaders, looked up at each use as a loop's `app.trainer` is."""
+        return app.trainer if args.nested else trainer
 
     root = elems = epoch = stall = val_root = val_ns = 0
     pids = None
     it = None
 
     def gt(now):
-        extra = f" val_ns={val_ns} val_root={val_root}" if trainer.val_loader is not None else ""
+        extra = f" val_ns={val_ns} val_root={val_root}" if the().val_loader is not None else ""
         torch_common._emit(f"GT wall_ns={now} root={root} elems={elems} stall_ns={stall} "
                            f"epoch={epoch}{extra}")
 
@@ -122,7 +139,7 @@ if __name__ == "__main__":
         torch_common._emit(f"VAL epoch={epoch - 1} wall_ns={time.time_ns()}")
         t = time.perf_counter_ns()
         with torch_common._Blocked():
-            for _ in trainer.val_loader:
+            for _ in the().val_loader:
                 val_root += 1
         val_ns += time.perf_counter_ns() - t
         gt(time.time_ns())
@@ -134,7 +151,7 @@ if __name__ == "__main__":
         # The epoch's next() calls are the time between two bodies.
         t = time.perf_counter_ns()
         first = True
-        for x in trainer.train_loader:
+        for x in the().train_loader:
             stall += time.perf_counter_ns() - t
             if first:
                 workers_started(sorted(c.pid for c in multiprocessing.active_children()))
@@ -146,13 +163,13 @@ if __name__ == "__main__":
         else:
             stall += time.perf_counter_ns() - t
             epoch += 1
-            if trainer.val_loader is not None:
+            if the().val_loader is not None:
                 validate()
     while not args.for_loop and going():
         t = time.perf_counter_ns()
         if it is None:
             with torch_common._Blocked():
-                it = iter(trainer.train_loader)
+                it = iter(the().train_loader)
             workers_started(torch_common.worker_pids(it))
         try:
             x = next(it)
@@ -160,7 +177,7 @@ if __name__ == "__main__":
             stall += time.perf_counter_ns() - t
             it = None
             epoch += 1
-            if trainer.val_loader is not None:
+            if the().val_loader is not None:
                 validate()
             continue
         stall += time.perf_counter_ns() - t

@@ -43,8 +43,10 @@ const MAX_DICT_ITEMS: u64 = 64;
 /// run (`_i12`, `_12`). Their values' headers are read 1,024 to a call.
 const MAX_NAMESPACE_ITEMS: u64 = 8192;
 /// Most instances of classes among a namespace's items whose attributes
-/// are looked through (a trainer, a model, the parsed arguments): each
-/// costs a read of its attributes' table and one per attribute.
+/// are looked through (a trainer, a model, the parsed arguments), and
+/// again among those objects' attributes (`app.trainer`, `model.encoder`):
+/// each costs a read of its attributes' table, and its attributes'
+/// headers are read together.
 const MAX_GLOBAL_OBJECTS: usize = 64;
 /// Most classes of an MRO read: a class hierarchy is a few deep; a longer
 /// tuple is not an MRO.
@@ -75,8 +77,19 @@ struct Where<'a> {
     slots: &'a Slots,
     i: usize,
     key: Option<(u64, Inside)>,
-    /// The namespace item whose attribute `key` is: `global NAME.KEY`.
-    global: Option<u64>,
+    /// The namespace item whose attribute `key` is, `global NAME.KEY`, or
+    /// whose attribute's attribute, `global NAME.ATTR.KEY`.
+    global: Option<Global>,
+}
+
+/// A global object, or an object one of its attributes holds, whose
+/// attributes are looked through.
+#[derive(Clone, Copy)]
+struct Global {
+    /// The namespace key (the global's name).
+    name: u64,
+    /// The attribute's key, for the object an attribute holds.
+    attr: Option<u64>,
 }
 
 /// What of a slot's object is looked through.
@@ -103,6 +116,9 @@ struct Look<'a, F: Fn(&Found) -> bool> {
     enough: &'a F,
     out: Vec<Found>,
     seen: HashSet<u64>,
+    /// The global objects whose attributes were looked through (one an
+    /// attribute of another too, `trainer` and `app.trainer`, once).
+    opened: HashSet<u64>,
     types: Types,
 }
 
@@ -141,7 +157,24 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         };
         let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
         let via = match (at.key, at.global) {
-            (Some((key, _)), Some(g)) => format!("global {}.{}", name(g), name(key)),
+            (
+                Some((key, _)),
+                Some(Global {
+                    name: g,
+                    attr: None,
+                }),
+            ) => {
+                format!("global {}.{}", name(g), name(key))
+            }
+            (
+                Some((key, _)),
+                Some(Global {
+                    name: g,
+                    attr: Some(a),
+                }),
+            ) => {
+                format!("global {}.{}.{}", name(g), name(a), name(key))
+            }
             (None, _) => slot(),
             (Some((key, Inside::Namespace)), _) => format!("global {}", name(key)),
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
@@ -239,6 +272,7 @@ impl Objects {
             enough: &enough,
             out: Vec::new(),
             seen: HashSet::new(),
+            opened: HashSet::new(),
             types: Types::new(),
         };
         // Each instance of a class or dict a slot holds, for the attribute
@@ -306,13 +340,47 @@ impl Objects {
     }
 
     /// Looks through the attributes or items of `obj`, held at `at`;
-    /// whether what was found is enough.
+    /// whether what was found is enough. A namespace's instances of the
+    /// job's classes are looked through once every item was seen, and the
+    /// instances among their attributes after all of those: level by
+    /// level, two deep (`global app.trainer.train_loader`).
     fn look_inside<F: Fn(&Found) -> bool>(
         &self,
         look: &mut Look<'_, F>,
         at: &Where,
         obj: u64,
         inside: Inside,
+    ) -> bool {
+        let mut level = Vec::new();
+        if self.look_through(look, at, obj, inside, &mut level) {
+            return true;
+        }
+        while !level.is_empty() {
+            let mut deeper = Vec::new();
+            for (global, o) in level {
+                let at = Where {
+                    global: Some(global),
+                    ..*at
+                };
+                if self.look_through(look, &at, o, Inside::Attrs, &mut deeper) {
+                    return true;
+                }
+            }
+            level = deeper;
+        }
+        false
+    }
+
+    /// One object's attributes or items (see `look_inside`); the global
+    /// objects among them, whose attributes are to be looked through next,
+    /// go to `objects`.
+    fn look_through<F: Fn(&Found) -> bool>(
+        &self,
+        look: &mut Look<'_, F>,
+        at: &Where,
+        obj: u64,
+        inside: Inside,
+        objects: &mut Vec<(Global, u64)>,
     ) -> bool {
         // A stale slot's object may be anything: then nothing in it.
         let entries = match inside {
@@ -322,19 +390,23 @@ impl Objects {
             Inside::Nothing => None,
         };
         let entries = entries.unwrap_or_default();
-        // A namespace's values' types, read together.
-        let read = (inside == Inside::Namespace).then(|| {
-            let values: Vec<u64> = entries.iter().map(|&(_, v)| v).collect();
-            self.live_types(&values)
-        });
-        // A namespace's instances of the job's classes, for their
-        // attributes once every item was seen.
-        let mut objects = Vec::new();
-        for (i, &(key, v)) in entries.iter().enumerate() {
-            let ty = match &read {
-                Some(r) => r[i],
-                None => self.live_type(v).ok().flatten(),
-            };
+        // The values' types, read together.
+        let values: Vec<u64> = entries.iter().map(|&(_, v)| v).collect();
+        let types = self.live_types(&values);
+        // Where the instances among the values would be looked through
+        // from: a namespace's as globals, a global's as its attributes'.
+        let holder = |key| match (inside, at.global) {
+            (Inside::Namespace, _) => Some(Global {
+                name: key,
+                attr: None,
+            }),
+            (Inside::Attrs, Some(Global { name, attr: None })) => Some(Global {
+                name,
+                attr: Some(key),
+            }),
+            _ => None,
+        };
+        for (&(key, v), ty) in entries.iter().zip(types) {
             let Some((t, n)) = ty.and_then(|ty| self.type_named_as(v, ty, &mut look.types)) else {
                 continue;
             };
@@ -345,21 +417,13 @@ impl Objects {
             if look.wants(self, &t, &n) && look.found(self, v, n, &at) {
                 return true;
             }
-            if inside == Inside::Namespace
-                && objects.len() < MAX_GLOBAL_OBJECTS
-                && t.flags & TPFLAGS_HEAPTYPE != 0
+            if t.flags & TPFLAGS_HEAPTYPE != 0
                 && t.flags & TPFLAGS_DICT_SUBCLASS == 0
+                && objects.len() < MAX_GLOBAL_OBJECTS
             {
-                objects.push((key, v));
-            }
-        }
-        for (global, obj) in objects {
-            let at = Where {
-                global: Some(global),
-                ..*at
-            };
-            if self.look_inside(look, &at, obj, Inside::Attrs) {
-                return true;
+                if let Some(g) = holder(key).filter(|_| look.opened.insert(v)) {
+                    objects.push((g, v));
+                }
             }
         }
         false
