@@ -1,5 +1,5 @@
-//! plumber-probe: attach to a running TensorFlow job and find what holds its
-//! tf.data input pipeline back.
+//! plumber-probe: attach to a running training job and find what holds its
+//! input pipeline back (TensorFlow's tf.data, PyTorch's DataLoader).
 
 mod bpf;
 mod clock;
@@ -56,7 +56,7 @@ const DEFAULT_SAMPLE_HZ: u32 = 49;
 #[command(
     name = "plumber-probe",
     version,
-    about = "Find what holds a running TensorFlow job's tf.data input pipeline back",
+    about = "Find what holds a running training job's input pipeline back: TensorFlow's tf.data or PyTorch's DataLoader",
     args_conflicts_with_subcommands = true,
     after_help = "Examples:\n  sudo plumber-probe --pid 4242 --duration 30 --output out/\n  plumber-probe analyze out/stats.pb"
 )]
@@ -72,8 +72,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Attach to a running process and record its tf.data pipeline
-    /// (the same as the top-level --pid form).
+    /// Attach to a running process and record its tf.data pipeline or
+    /// PyTorch DataLoader (the same as the top-level --pid form).
     Record(RecordArgs),
     /// Start a command without root (LD_PRELOAD shim) and record its
     /// tf.data pipeline, or its PyTorch DataLoader, while it runs; exits
@@ -104,12 +104,12 @@ enum Command {
     /// Sample any process's on-CPU stacks, Python frames included, for a
     /// while and print them folded per thread (no TensorFlow needed).
     Stacks(stacks_cmd::StacksArgs),
-    /// Show what plumber-probe derives from a process's TensorFlow build
-    /// (libraries, version, object layout, probe points) as JSON, without
-    /// attaching anything.
     /// Read Python objects of a live process (for tests and by hand).
     #[command(hide = true)]
     PyObjects(pyobjects_cmd::PyObjectsArgs),
+    /// Show what plumber-probe derives from a process's TensorFlow build
+    /// (libraries, version, object layout, probe points) as JSON, without
+    /// attaching anything.
     Inspect {
         /// PID of a process that has TensorFlow loaded.
         #[arg(short, long)]
@@ -119,7 +119,8 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct RecordArgs {
-    /// PID of the Python process that runs the pipeline.
+    /// PID of the Python process that runs the pipeline (a PyTorch job:
+    /// its training process, not a worker).
     #[arg(short, long)]
     pid: i32,
     /// Seconds to record; without it, until Ctrl-C or the target exits.

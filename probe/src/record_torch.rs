@@ -24,6 +24,7 @@ use crate::recording::{self, LoopOpts, Recording};
 use crate::sink::EventSink;
 use crate::sources::dataloader::{DataLoaderSource, FileReads, Job, SAMPLE_HZ};
 use crate::target::Target;
+use crate::torch::stage::in_worker_loop;
 use crate::torch::Torch;
 use crate::usage::proc_io::ProcIo;
 
@@ -44,6 +45,40 @@ pub struct TorchOpts {
     pub budget: f64,
 }
 
+/// Whether the process is a DataLoader worker: a thread in
+/// `_worker_loop`. A few walks, 5 ms apart: the threads run while they are
+/// read, and a walk that meets a frame popped meanwhile stops short.
+fn is_worker(py: &PyProcess) -> bool {
+    let mut frames = crate::torch::frames::Frames::new(py);
+    for i in 0..3 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let Some(stacks) = frames.stacks() else {
+            return false;
+        };
+        if stacks.iter().any(|s| in_worker_loop(&s.frames)) {
+            return true;
+        }
+        if stacks.iter().all(|s| s.complete) {
+            return false;
+        }
+    }
+    false
+}
+
+/// The training process a DataLoader worker belongs to: its parent, or,
+/// for a forkserver worker, its parent's parent (the forkserver is a
+/// process of its own, started by the training process).
+fn training_process_of(worker: i32) -> Option<i32> {
+    let mut p = crate::usage::proc_io::parent_of(worker)?;
+    let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+    if String::from_utf8_lossy(&cmdline).contains("multiprocessing.forkserver") {
+        p = crate::usage::proc_io::parent_of(p)?;
+    }
+    (p > 1).then_some(p)
+}
+
 /// Records the job's DataLoader; the caller has installed the signal
 /// handlers. `None` when the window never opened: `run`'s command ended,
 /// or we were stopped, before its loader was found (an attached target
@@ -58,6 +93,15 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
             torch.version
         )
     })?;
+    if is_worker(&py) {
+        let fix = match training_process_of(pid) {
+            Some(p) => format!("record the training process that started it: --pid {p}"),
+            None => "record the training process that started it".into(),
+        };
+        return Err(crate::errors::usage(format!(
+            "process {pid} is a PyTorch DataLoader worker, not the training process: {fix}"
+        )));
+    }
     let hz = if opts.sample_hz > 0 {
         opts.sample_hz.min(SAMPLE_HZ * 4)
     } else {

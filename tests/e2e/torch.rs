@@ -11,7 +11,8 @@ use plumber_collector::proto::PipelineSnapshot;
 use serde_json::Value;
 
 use crate::harness::{
-    gt_at_lines, python, read_snapshot, record_out, repo, tempdir, torch_python, Workload,
+    gt_at_lines, python, read_snapshot, record_out, repo, require_root, run_probe, tempdir,
+    torch_python, Workload,
 };
 use crate::shim::{lines as stdout_lines, run_as_nobody, shared_dir, workload};
 use crate::torch_io::{check_file_reads, data_dir};
@@ -599,6 +600,54 @@ fn dataloader_spawned_persistent_workers() {
         seconds: 8.0,
     });
     check_file_reads(&c, &data, "spawn");
+}
+
+/// A worker's PID (`top` shows the workers busy, the training process
+/// waiting) is bad input: one line naming the training process's PID, the
+/// forkserver between them skipped, and nothing recorded.
+#[test]
+fn a_worker_pid_names_the_training_process() {
+    require_root();
+    let w = Case {
+        script: "torch_pyxform.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--start-method",
+            "forkserver",
+            "--persistent-workers",
+        ],
+        seconds: 0.0,
+    }
+    .start();
+    let t0 = std::time::Instant::now();
+    let worker = loop {
+        if let Some(&p) = worker_sets(&w.snapshot_lines())
+            .first()
+            .and_then(|(_, pids)| pids.first())
+        {
+            break p;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "no WORKERS line");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = tempdir("worker-pid");
+    let o = run_probe(&[
+        "--pid",
+        &worker.to_string(),
+        "--duration",
+        "2",
+        "--output",
+        out.to_str().expect("utf8"),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("DataLoader worker") && err.ends_with(&format!("--pid {}", w.pid)),
+        "{err}"
+    );
+    assert!(!out.join("dataloader.json").exists());
 }
 
 #[test]

@@ -181,10 +181,15 @@ pub fn worker_starting<F: Frame>(frames: &[F]) -> bool {
         (matches!(f.name(), "spawn_main" | "_main") && in_file(f, "multiprocessing/spawn.py"))
             || (f.name() == "_bootstrap" && in_file(f, "multiprocessing/process.py"))
     };
-    frames.iter().any(bootstrap)
-        && !frames
-            .iter()
-            .any(|f| f.name() == "_worker_loop" && in_file(f, "torch/utils/data/_utils/worker.py"))
+    frames.iter().any(bootstrap) && !in_worker_loop(frames)
+}
+
+/// A DataLoader worker's thread: in `_worker_loop`, the function a
+/// worker process runs until the loader ends it.
+pub fn in_worker_loop<F: Frame>(frames: &[F]) -> bool {
+    frames
+        .iter()
+        .any(|f| f.name() == "_worker_loop" && in_file(f, "torch/utils/data/_utils/worker.py"))
 }
 
 /// The outermost of `frames` in torch/utils/data/dataloader.py: the loop's
@@ -509,5 +514,7 @@ mod tests {
         ];
         assert!(!worker_starting(&st_frames(&running)));
         assert!(!worker_starting(&st_frames(&[("<module>", "train.py")])));
+        assert!(in_worker_loop(&st_frames(&running)));
+        assert!(!in_worker_loop(&st_frames(&[("<module>", "train.py")])));
     }
 }

@@ -392,7 +392,7 @@ fn descendants(root: i32) -> Vec<i32> {
 }
 
 /// The parent of a process, from /proc/PID/stat.
-fn parent_of(pid: i32) -> Option<i32> {
+pub(crate) fn parent_of(pid: i32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // comm may hold spaces and parentheses: state and ppid follow the last ')'.
     s[s.rfind(')')? + 1..]
