@@ -334,7 +334,16 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {
-    let target = target::Target::open(pid)?;
+    let target = match target::Target::open(pid) {
+        // The error's text says the process has no PyTorch either: say
+        // what inspect is for where it has.
+        Err(target::TargetError::NoTensorFlow { .. }) if torch::find(pid).is_some() => {
+            return Err(errors::usage(format!(
+                "process {pid} runs PyTorch, not TensorFlow: inspect shows what is derived from a TensorFlow build; record the job with --pid {pid}"
+            )));
+        }
+        other => other?,
+    };
     let (derived, cache_hit) = derive::derive(&target)?;
     let v = serde_json::json!({
         "pid": pid,

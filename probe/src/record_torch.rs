@@ -45,6 +45,30 @@ pub struct TorchOpts {
     pub budget: f64,
 }
 
+/// What can be told of a PyTorch target before it is recorded, for `top`
+/// before it takes the screen: it is no DataLoader worker. An interpreter
+/// that cannot be read is left to the recording to report.
+pub fn check_target(pid: i32) -> Result<()> {
+    match PyProcess::attach(pid) {
+        Ok(py) => not_a_worker(pid, &py),
+        Err(_) => Ok(()),
+    }
+}
+
+/// A worker's PID is bad input: the error names the training process.
+fn not_a_worker(pid: i32, py: &PyProcess) -> Result<()> {
+    if !is_worker(py) {
+        return Ok(());
+    }
+    let fix = match training_process_of(pid) {
+        Some(p) => format!("record the training process that started it: --pid {p}"),
+        None => "record the training process that started it".into(),
+    };
+    Err(crate::errors::usage(format!(
+        "process {pid} is a PyTorch DataLoader worker, not the training process: {fix}"
+    )))
+}
+
 /// Whether the process is a DataLoader worker: a thread in
 /// `_worker_loop`. A few walks, 5 ms apart: the threads run while they are
 /// read, and a walk that meets a frame popped meanwhile stops short.
@@ -93,15 +117,7 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
             torch.version
         )
     })?;
-    if is_worker(&py) {
-        let fix = match training_process_of(pid) {
-            Some(p) => format!("record the training process that started it: --pid {p}"),
-            None => "record the training process that started it".into(),
-        };
-        return Err(crate::errors::usage(format!(
-            "process {pid} is a PyTorch DataLoader worker, not the training process: {fix}"
-        )));
-    }
+    not_a_worker(pid, &py)?;
     let hz = if opts.sample_hz > 0 {
         opts.sample_hz.min(SAMPLE_HZ * 4)
     } else {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{probe_bin, python, repo, tempdir, Workload};
+use crate::harness::{probe_bin, python, repo, tempdir, torch_python, Workload};
 
 /// A detached tmux session running one command; killed when dropped.
 struct Tmux {
@@ -195,6 +195,51 @@ fn top_live_view_in_tmux() {
     // The terminal was given back: the summary is on the normal screen.
     let after = t.capture();
     assert!(after.contains("wrote"), "{after}");
+}
+
+/// `top --pid` on a PyTorch job: the DataLoader's stages as the ops, with
+/// a live root rate. It once refused every such job before taking the
+/// screen ("no TensorFlow loaded ... nor PyTorch"), as its early check
+/// knew TensorFlow only.
+#[test]
+fn top_on_a_pytorch_job_in_tmux() {
+    let w = Workload::start_in(
+        &[],
+        &torch_python(),
+        "torch_pyxform.py",
+        &[
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--seconds",
+            "120",
+        ],
+    );
+    let out = tempdir("top-torch");
+    let status = out.join("status");
+    let command = format!(
+        "{} top --pid {}; echo \"EXIT=$?\" > {}; sleep 600",
+        probe_bin().display(),
+        w.pid,
+        status.display()
+    );
+    let t = Tmux::start(
+        &format!("plumber-top-torch-{}", std::process::id()),
+        120,
+        30,
+        &command,
+    );
+    let screen = t.wait_for("the DataLoader's stages and a root rate", 60, |s| {
+        s.contains("mode dataloader")
+            && s.contains("GetItem")
+            && s.contains("Collate")
+            && root_rate(s).is_some()
+    });
+    assert!(screen.contains("bottleneck"), "{screen}");
+    t.keys("q");
+    let st = wait_status(&status, 60);
+    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
 }
 
 /// `top -- CMD`: the same view for a command started under the shim; its
