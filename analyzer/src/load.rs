@@ -73,11 +73,12 @@ enum Scan {
 }
 
 /// Walks the top-level fields of a PipelineSnapshot without decoding them.
-/// Every top-level field of the schema is a message (wire type 2), numbered
-/// 1-7 (Plumber's) or >= 1000 (plumber-probe's), so anything else means the
-/// file is not a snapshot at all, and a field that runs past the end means
-/// it was cut short. prost alone cannot tell the two apart: text often
-/// decodes as a group that never ends.
+/// Plumber's top-level fields (1-7) are messages (wire type 2);
+/// plumber-probe's (>= 1000) are messages or integers (wire type 0:
+/// `probe_unattributed_io_bytes`). Anything else means the file is not a
+/// snapshot at all, and a field that runs past the end means it was cut
+/// short. prost alone cannot tell the two apart: text often decodes as a
+/// group that never ends.
 fn scan_top_level(bytes: &[u8]) -> Scan {
     let mut pos = 0usize;
     let mut fields = 0usize;
@@ -89,8 +90,9 @@ fn scan_top_level(bytes: &[u8]) -> Scan {
             Varint::Bad => return Scan::Garbage(format!("invalid field header at byte {start}")),
         };
         let (field, wire) = (tag >> 3, tag & 7);
-        let known = (1..=7).contains(&field) || (1000..=536_870_911).contains(&field);
-        if !known || wire != 2 {
+        let ours = (1000..=536_870_911).contains(&field);
+        let known = (wire == 2 && ((1..=7).contains(&field) || ours)) || (wire == 0 && ours);
+        if !known {
             return Scan::Garbage(format!(
                 "unexpected field {field} (wire type {wire}) at byte {start}{}",
                 if fields == 0 {
@@ -101,9 +103,14 @@ fn scan_top_level(bytes: &[u8]) -> Scan {
             ));
         }
         let len = match read_varint(bytes, &mut pos) {
+            // An integer: read whole.
+            Varint::Value(_) if wire == 0 => {
+                fields += 1;
+                continue;
+            }
             Varint::Value(v) => v,
             Varint::Eof => {
-                return Scan::Truncated(format!("length of field {field} cut off at byte {pos}"))
+                return Scan::Truncated(format!("value of field {field} cut off at byte {pos}"))
             }
             Varint::Bad => {
                 return Scan::Garbage(format!("invalid length of field {field} at byte {pos}"))
@@ -193,6 +200,25 @@ mod tests {
             let r = load_snapshot(text);
             assert!(matches!(r, Err(AnalyzeError::NotProtobuf(_))), "{r:?}");
         }
+    }
+
+    /// A recording whose reads were not all attributed to an op carries
+    /// `probe_unattributed_io_bytes`, a top-level integer: every PyTorch
+    /// recording that read a file outside a stage did, and analyze refused
+    /// it as not a snapshot ("unexpected field 1005 (wire type 0)").
+    #[test]
+    fn a_top_level_integer_of_ours_loads() {
+        let mut snap = crate::synth::long_chain(3).snapshot();
+        snap.probe_unattributed_io_bytes = 123_456;
+        let bytes = snap.encode_to_vec();
+        let back = load_snapshot(&bytes).expect("loads");
+        assert_eq!(back.probe_unattributed_io_bytes, 123_456);
+        // Cut inside the integer.
+        let r = load_snapshot(&bytes[..bytes.len() - 1]);
+        assert!(matches!(r, Err(AnalyzeError::Truncated(_))), "{r:?}");
+        // An integer where Plumber's fields are messages is no snapshot.
+        let r = load_snapshot(&[0x08, 1]);
+        assert!(matches!(r, Err(AnalyzeError::NotProtobuf(_))), "{r:?}");
     }
 
     #[test]

@@ -275,10 +275,32 @@ fn agrees_with_loop(
         check_trace(dir, &who, ready_pid(&lines), &announced, &all, &d);
         check_profile(dir, &who, &folded, !announced.is_empty());
     }
+    check_analyze(dir, &who);
     Checked {
         stdout: stdout.to_string(),
         ..Checked::read(dir, d, lines)
     }
+}
+
+/// `plumber-probe analyze stats.pb` reads the recording's stats.pb back
+/// and reaches report.txt's analysis: the file carries all it rests on.
+/// It once refused every recording with file reads outside the stages
+/// (a top-level integer field, `probe_unattributed_io_bytes`).
+fn check_analyze(dir: &Path, who: &str) {
+    let stats = dir.join("stats.pb");
+    let o = run_probe(&["analyze", stats.to_str().expect("utf8")]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{who}: analyze stats.pb: {err}");
+    let report = std::fs::read_to_string(dir.join("report.txt")).expect("report.txt");
+    let analysis = |t: &str| t.find("BOTTLENECK").map(|i| t[i..].trim_end().to_string());
+    assert_eq!(
+        analysis(&out),
+        analysis(&report),
+        "{who}: analyze stats.pb differs from report.txt"
+    );
 }
 
 impl Checked {
