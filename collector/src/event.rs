@@ -342,6 +342,77 @@ pub struct LockSite {
     pub wait_ns: u64,
 }
 
+/// The DataLoader's stage sampler's stacks over a recording (stages.folded,
+/// profile.pb.gz): wall ns per stack of one process in one stage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct StageStacks {
+    /// The training process.
+    pub pid: i32,
+    /// The sampler's ticks per second.
+    pub hz: u32,
+    /// When sampling ran, ns since the epoch.
+    pub start_wall_ns: u64,
+    pub end_wall_ns: u64,
+    pub stacks: Vec<StageStack>,
+    /// trace.json's spans: one per stretch of ticks of one thread in one
+    /// stage and function.
+    #[serde(default)]
+    pub spans: Vec<crate::stacks::Span>,
+}
+
+/// One stage stack: rooted at `[stage]` and the process (`frames`, as in
+/// stages.folded), with the labels of its profile sample.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct StageStack {
+    pub frames: Vec<String>,
+    /// The stage's key (`get_item`, `wait`, ...).
+    pub stage: String,
+    /// `training loop (pid N)`, `worker K (pid M)`.
+    pub process: String,
+    pub pid: i64,
+    pub value: u64,
+}
+
+impl StageStack {
+    /// As the outputs take it: the stage, process and pid as labels.
+    pub fn labeled(&self) -> crate::stacks::LabeledStack {
+        use crate::stacks::LabelValue;
+        crate::stacks::LabeledStack {
+            frames: self.frames.clone(),
+            labels: vec![
+                ("stage", LabelValue::Str(self.stage.clone())),
+                ("process", LabelValue::Str(self.process.clone())),
+                ("pid", LabelValue::Num(self.pid)),
+            ],
+            value: self.value,
+        }
+    }
+
+    /// Back from [`StageStack::labeled`]'s form.
+    pub fn from_labeled(s: &crate::stacks::LabeledStack) -> StageStack {
+        use crate::stacks::LabelValue;
+        let text = |key: &str| match s.labels.iter().find(|(k, _)| *k == key) {
+            Some((_, LabelValue::Str(v))) => v.clone(),
+            _ => String::new(),
+        };
+        let pid = s
+            .labels
+            .iter()
+            .find_map(|(k, v)| match (*k, v) {
+                ("pid", LabelValue::Num(n)) => Some(*n),
+                _ => None,
+            })
+            .unwrap_or(0);
+        StageStack {
+            frames: s.frames.clone(),
+            stage: text("stage"),
+            process: text("process"),
+            pid,
+            value: s.value,
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
@@ -381,6 +452,10 @@ pub enum Event {
     ProbeCost(ProbeCost),
     /// A PyTorch DataLoader's stages, cumulative, at a poll.
     DataLoader(Box<crate::dataloader::DataLoaderObservation>),
+    /// A DataLoader recording's stage stacks, known once its stage sampler
+    /// has finished: saved after `End`, so that a replay finds the Python
+    /// functions and hot spots the recording found.
+    StageStacks(Box<StageStacks>),
     /// End of the recording. `partial` is set when it ended before the
     /// requested duration (target exited, interrupted).
     End {

@@ -56,6 +56,9 @@ pub enum CollectError {
 pub struct Collected {
     pub window: WindowResult,
     pub snapshot: PipelineSnapshot,
+    /// A replayed DataLoader recording's stage stacks (already applied,
+    /// `set_stage_stacks`), for its stage outputs.
+    pub stages: Option<Box<event::StageStacks>>,
 }
 
 impl Collected {
@@ -83,9 +86,27 @@ impl Collected {
     }
 }
 
-/// Aggregates the events over the recording window and builds the snapshot.
+/// Aggregates the events over the recording window and builds the
+/// snapshot, with the stage stacks of a DataLoader recording applied.
 pub fn collect(events: impl IntoIterator<Item = Event>) -> Result<Collected, CollectError> {
-    let window = window::aggregate(events)?;
+    let mut stages = None;
+    let window = window::aggregate(events.into_iter().filter_map(|e| match e {
+        Event::StageStacks(s) => {
+            stages = Some(s);
+            None
+        }
+        e => Some(e),
+    }))?;
     let snapshot = snapshot::build_snapshot(&window);
-    Ok(Collected { window, snapshot })
+    let mut c = Collected {
+        window,
+        snapshot,
+        stages: None,
+    };
+    if let Some(s) = stages {
+        let labeled: Vec<_> = s.stacks.iter().map(event::StageStack::labeled).collect();
+        c.set_stage_stacks(&labeled);
+        c.stages = Some(s);
+    }
+    Ok(c)
 }

@@ -186,6 +186,8 @@ impl Aggregator {
                 None => self.dataloader = Some(((*d).clone(), *d)),
             },
             Event::End { partial, reason } => self.end = Some(EndInfo { partial, reason }),
+            // Not window totals: `collect` takes them (`Collected::stages`).
+            Event::StageStacks(_) => {}
             e @ (Event::Threads { .. }
             | Event::Attribution { .. }
             | Event::Io { .. }

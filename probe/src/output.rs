@@ -327,7 +327,25 @@ pub fn run_replay(events: &Path, out: &Path) -> Result<ExitCode> {
     prepare_dir(out)?;
     let mut files = Outputs::new(out);
     let analysis = write_collected_to(&mut files, &collected)?;
-    write_html(&mut files, analysis.as_ref(), &[], &[], &[]);
+    // A DataLoader recording's stage stacks and spans, where they were
+    // saved: its stage flamegraph, profile and trace.
+    let stages = collected.stages.as_ref();
+    let flamegraphs = match stages {
+        Some(s) => write_stage_outputs(
+            &mut files,
+            &crate::recording::StageRecording {
+                stacks: s.stacks.iter().map(|k| k.labeled()).collect(),
+                spans: s.spans.clone(),
+                pid: s.pid,
+                hz: s.hz,
+                start_wall_ns: s.start_wall_ns,
+                end_wall_ns: s.end_wall_ns,
+            },
+        ),
+        None => Vec::new(),
+    };
+    let spans = stages.map_or(&[][..], |s| &s.spans[..]);
+    write_html(&mut files, analysis.as_ref(), &flamegraphs, spans, &[]);
     files.finish()?;
     println!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use plumber_collector::event::Event;
+use plumber_collector::event::{Event, StageStack, StageStacks};
 
 use anyhow::{anyhow, Result};
 use tracing::{info, warn};
@@ -157,6 +157,18 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
     let Some(time_to_first_data) = ended.time_to_first_data else {
         return Ok(None);
     };
+    let stages = source.stage_recording();
+    // Saved for a replay (after End: the sampler has just finished).
+    if opts.save_events.is_some() {
+        sink.push(Event::StageStacks(Box::new(StageStacks {
+            pid: stages.pid,
+            hz: stages.hz,
+            start_wall_ns: stages.start_wall_ns,
+            end_wall_ns: stages.end_wall_ns,
+            stacks: stages.stacks.iter().map(StageStack::from_labeled).collect(),
+            spans: stages.spans.clone(),
+        })))?;
+    }
     Ok(Some(Recording {
         sink,
         reason: ended.reason.to_string(),
@@ -165,6 +177,6 @@ pub fn record(opts: &TorchOpts, torch: Torch, started: Instant) -> Result<Option
         time_to_first_data,
         cache_hit: false,
         stacks: None,
-        stages: Some(source.stage_recording()),
+        stages: Some(stages),
     }))
 }

@@ -62,6 +62,10 @@ impl EventSink {
             .finish()
             .context("no usable observations were made; nothing written")?;
         let snapshot = plumber_collector::snapshot::build_snapshot(&window);
-        Ok(Collected { window, snapshot })
+        Ok(Collected {
+            window,
+            snapshot,
+            stages: None,
+        })
     }
 }

@@ -624,6 +624,60 @@ fn dataloader_spawned_persistent_workers() {
     check_file_reads(&c, &data, "spawn");
 }
 
+/// A recording saved with --save-events replays to the same outputs:
+/// the stage stacks and spans are saved after the recording's end (the
+/// stage sampler finishes after the window), and before they were, a
+/// replay lost the Python functions, the hot-spot advice, stages.folded,
+/// profile.pb.gz and trace.json.
+#[test]
+fn a_saved_dataloader_recording_replays_to_the_same_outputs() {
+    require_root();
+    let w = Case {
+        script: "torch_pyxform.py",
+        args: &["--num-workers", "2", "--batch-size", "16"],
+        seconds: 0.0,
+    }
+    .start();
+    let dir = tempdir("torch-replay-rec");
+    let mut extra = BUDGET.to_vec();
+    extra.push("--save-events");
+    record_out(&w, 4.0, &dir, &extra);
+    let again = tempdir("torch-replay");
+    let events = dir.join("events.jsonl");
+    let o = run_probe(&[
+        "replay",
+        events.to_str().expect("utf8"),
+        "--output",
+        again.to_str().expect("utf8"),
+    ]);
+    assert!(
+        o.status.success(),
+        "replay: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for f in [
+        "stats.pb",
+        "report.txt",
+        "report.json",
+        "dataloader.json",
+        "stages.folded",
+        "profile.pb.gz",
+        "trace.json",
+    ] {
+        let (a, b) = (std::fs::read(dir.join(f)), std::fs::read(again.join(f)));
+        assert!(a.is_ok() && b.is_ok(), "{f}: missing from the recording or its replay");
+        assert!(
+            a.ok() == b.ok(),
+            "{f} differs between the recording and its replay"
+        );
+    }
+    let d = std::fs::read_to_string(again.join("dataloader.json")).expect("dataloader.json");
+    assert!(
+        d.contains("py_loop"),
+        "no Python function in the replay: {d}"
+    );
+}
+
 /// A worker's PID (`top` shows the workers busy, the training process
 /// waiting) is bad input: one line naming the training process's PID, the
 /// forkserver between them skipped, and nothing recorded.

@@ -169,7 +169,10 @@ impl LiveState {
             // The probe's cost comes once, at the end; the status line
             // shows the probe's own CPU live. A DataLoader's stages are
             // in the poll's nodes.
-            Event::LockSites { .. } | Event::ProbeCost(_) | Event::DataLoader(_) => return false,
+            Event::LockSites { .. }
+            | Event::ProbeCost(_)
+            | Event::DataLoader(_)
+            | Event::StageStacks(_) => return false,
             Event::Drops { drops } => {
                 for d in drops {
                     match self.drops.iter_mut().find(|x| x.what == d.what) {
