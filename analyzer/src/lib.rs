@@ -58,6 +58,7 @@ pub use analysis::{analyze, analyze_input, Analysis, MachineOverrides};
 pub use error::AnalyzeError;
 pub use input::{CpuContext, MachineFigures, OpInput, OutsideThread, PipelineInput};
 pub use load::{load_file, load_snapshot};
+pub use ops::{dataloader_stack_root, DATALOADER_OTHER_STACK_ROOTS};
 pub use output::{render_all, render_json, Rendered};
 pub use render_dot::render_dot;
 pub use render_html::{render_html, HtmlInput, Timeline, TimelineBar, TimelineThread};

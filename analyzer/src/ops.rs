@@ -132,6 +132,33 @@ pub(crate) fn is_dataloader(op: &str) -> bool {
     is_dl_workers(op) || matches!(op, DL_QUEUE | "PinMemoryDataset" | "SamplerDataset")
 }
 
+/// The root frame of a DataLoader op's stacks in the stage flamegraph
+/// (stages.folded: `[stage]`, the stage's title as the probe writes it,
+/// `Stage::title` in probe/src/torch/stage.rs): the stage that does the
+/// op's work, or for the worker queue the training loop waiting on it.
+/// None for an op of no stage (the sampler's indices are drawn in the
+/// loop's `next()`) and for any other op, whose root is its model name.
+pub fn dataloader_stack_root(op: &str) -> Option<&'static str> {
+    match op {
+        DL_GET_ITEM => Some("[get item]"),
+        DL_COLLATE => Some("[collate]"),
+        "PinMemoryDataset" => Some("[pin memory]"),
+        DL_QUEUE => Some("[waiting for data]"),
+        _ => None,
+    }
+}
+
+/// The stage flamegraph's other roots, no op's: the training loop
+/// receiving a batch or running its step, workers starting or handing a
+/// batch over, another loader's stages. (root, what the op filter calls it)
+pub const DATALOADER_OTHER_STACK_ROOTS: [(&str, &str); 5] = [
+    ("[receive]", "receiving a batch"),
+    ("[worker start-up]", "worker start-up"),
+    ("[send]", "workers sending"),
+    ("[training step]", "training step"),
+    ("[other DataLoaders]", "other DataLoaders"),
+];
+
 pub(crate) const DL_COLLATE: &str = "CollateDataset";
 pub(crate) const DL_GET_ITEM: &str = "GetItemDataset";
 /// The batches in flight between the workers and the loop: the

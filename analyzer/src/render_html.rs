@@ -101,6 +101,17 @@ pub(crate) fn model_name(n: &crate::report::NodeReport) -> String {
     n.measured.op.replacen("Dataset", "", 1)
 }
 
+/// The root frame of a node's stacks in the flamegraphs: `[Model]` for a
+/// tf.data op, its stage's for a DataLoader op (`[get item]`); None for a
+/// DataLoader op of no stage.
+pub(crate) fn stack_root(n: &crate::report::NodeReport) -> Option<String> {
+    if crate::ops::is_dataloader(&n.measured.op) {
+        return crate::ops::dataloader_stack_root(&n.measured.op).map(str::to_string);
+    }
+    let m = model_name(n);
+    (!m.is_empty()).then(|| format!("[{m}]"))
+}
+
 fn head(s: &mut String, r: &Report) {
     let title = match &r.bottleneck {
         Some(b) => format!("plumber-probe: {} bounds the pipeline", b.name),

@@ -665,7 +665,10 @@ fn a_saved_dataloader_recording_replays_to_the_same_outputs() {
         "trace.json",
     ] {
         let (a, b) = (std::fs::read(dir.join(f)), std::fs::read(again.join(f)));
-        assert!(a.is_ok() && b.is_ok(), "{f}: missing from the recording or its replay");
+        assert!(
+            a.is_ok() && b.is_ok(),
+            "{f}: missing from the recording or its replay"
+        );
         assert!(
             a.ok() == b.ok(),
             "{f} differs between the recording and its replay"
@@ -675,6 +678,22 @@ fn a_saved_dataloader_recording_replays_to_the_same_outputs() {
     assert!(
         d.contains("py_loop"),
         "no Python function in the replay: {d}"
+    );
+    // The replay's report.html in headless Chromium: the bottleneck's
+    // "stacks" button shows its stage's stacks (their root frame is the
+    // stage's, `[collate]`, not the op's model name).
+    let o = std::process::Command::new("python3")
+        .arg(repo().join("tests/html/check_report.py"))
+        .arg(again.join("report.html"))
+        .arg("--filter-finds")
+        .output()
+        .expect("run check_report.py");
+    assert!(
+        o.status.success(),
+        "check_report.py failed ({:?}):\n{}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
     );
 }
 

@@ -298,7 +298,7 @@ def outside_requests(events, page_url):
     return bad
 
 
-def check(path, expect=None, screenshot=None, width=1280, max_height=16000):
+def check(path, expect=None, screenshot=None, width=1280, max_height=16000, filter_finds=False):
     """Runs every check on the report at `path`; returns the failures."""
     path = os.path.abspath(path)
     url = "file://" + path
@@ -374,12 +374,14 @@ def check(path, expect=None, screenshot=None, width=1280, max_height=16000):
                 print("op filter:", json.dumps(f), json.dumps(statuses))
                 if "error" in f or not statuses or not all(statuses):
                     failures.append(f"op filter: no answer from the flamegraphs: {f} {statuses}")
+                elif filter_finds and not any(st.startswith("showing ") for st in statuses):
+                    failures.append(f"op filter: no graph has the bottleneck's stacks: {f} {statuses}")
                 evaluate(cdp, session, HIDDEN_START_JS)
                 hidden = {}
                 for _ in range(50):
                     time.sleep(0.1)
                     hidden = evaluate(cdp, session, HIDDEN_STATE_JS)
-                    if hidden["started"]:
+                    if hidden["started"] and hidden["width"] == hidden["fits"]:
                         break
                 print("hidden start:", json.dumps(hidden))
                 if not hidden["started"] or not hidden["width"] or hidden["width"] != hidden["fits"]:
@@ -406,9 +408,12 @@ def main():
     ap.add_argument("--expect", help="bottleneck name that must be in the verdict")
     ap.add_argument("--screenshot", help="where to write a full-page PNG")
     ap.add_argument("--max-height", type=int, default=16000, help="cut the screenshot at this many CSS pixels")
+    ap.add_argument("--filter-finds", action="store_true",
+                    help="the bottleneck's \"stacks\" button must find its stacks in some graph")
     args = ap.parse_args()
     try:
-        failures = check(args.report, args.expect, args.screenshot, max_height=args.max_height)
+        failures = check(args.report, args.expect, args.screenshot, max_height=args.max_height,
+                         filter_finds=args.filter_finds)
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:
         print(f"check_report: cannot run Chromium: {e}", file=sys.stderr)
         return 2

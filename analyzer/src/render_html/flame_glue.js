@@ -23,7 +23,8 @@
     var evt = pending;
     pending = null;
     window.init(evt);
-    window.plumberStarted = true;
+    // inferno fits the graph on a 0 ms timer of its own: started after it.
+    setTimeout(function () { window.plumberStarted = true; }, 0);
   }
   window.plumberInit = function (evt) {
     pending = evt;

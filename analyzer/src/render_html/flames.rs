@@ -20,7 +20,7 @@
 
 use std::fmt::Write as _;
 
-use super::{esc, model_name};
+use super::{esc, model_name, stack_root};
 use crate::report::Report;
 
 const GLUE: &str = include_str!("flame_glue.js");
@@ -107,24 +107,46 @@ pub(super) fn flamegraphs(s: &mut String, r: &Report, graphs: &[(&str, &str)]) {
 
 /// The op picker (one op's stacks) and a search box for every graph.
 fn op_filter(s: &mut String, r: &Report) {
-    s.push_str("<div class=\"controls\"><label>Show one op’s stacks: <select id=\"op-filter\"><option value=\"\">all ops</option>");
+    // A DataLoader's stacks are rooted at its stages (stages.svg).
+    let dataloader = r
+        .nodes
+        .iter()
+        .any(|n| crate::ops::is_dataloader(&n.measured.op));
+    let (one, all) = if dataloader {
+        ("Show one stage’s stacks", "all stages")
+    } else {
+        ("Show one op’s stacks", "all ops")
+    };
+    let _ = write!(
+        s,
+        "<div class=\"controls\"><label>{one}: <select id=\"op-filter\"><option value=\"\">{all}</option>"
+    );
     let mut seen: Vec<String> = Vec::new();
     let ranked = r
         .ranking
         .iter()
         .filter_map(|name| r.nodes.iter().find(|n| &n.measured.name == name));
     for n in ranked.chain(r.nodes.iter()) {
-        let m = model_name(n);
-        if m.is_empty() || seen.contains(&m) {
+        let (m, Some(root)) = (model_name(n), stack_root(n)) else {
+            continue;
+        };
+        if m.is_empty() || seen.contains(&root) {
             continue;
         }
-        let _ = write!(s, "<option value=\"[{}]\">{}</option>", esc(&m), esc(&m));
-        seen.push(m);
+        let _ = write!(s, "<option value=\"{}\">{}</option>", esc(&root), esc(&m));
+        seen.push(root);
         if seen.len() >= 200 {
             break;
         }
     }
-    s.push_str("<option value=\"[outside pipeline]\">outside the pipeline</option></select></label>\
+    if dataloader {
+        for (root, label) in crate::ops::DATALOADER_OTHER_STACK_ROOTS {
+            let _ = write!(s, "<option value=\"{root}\">{label}</option>");
+        }
+    } else {
+        s.push_str("<option value=\"[outside pipeline]\">outside the pipeline</option>");
+    }
+    s.push_str("</select></label>\
         <label>Search frames: <input id=\"flame-search\" type=\"search\" placeholder=\"regexp, e.g. jpeg|take_gil\"></label>\
         <span class=\"hint\">Click a frame to zoom, “Reset Zoom” (top left of a graph) to go back.</span></div>\n");
 }

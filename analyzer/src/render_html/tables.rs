@@ -142,11 +142,16 @@ fn op_row(s: &mut String, i: usize, n: &NodeReport, bottleneck: Option<&str>) {
     );
     num_cell(s, &secs(m.lock_wait_ns), Some(m.lock_wait_ns as f64));
     num_cell(s, &secs(m.gil_wait_ns), Some(m.gil_wait_ns as f64));
-    let _ = writeln!(
-        s,
-        "<td><button class=\"stacks\" data-root=\"[{}]\">stacks</button></td></tr>",
-        esc(&model)
-    );
+    match super::stack_root(n) {
+        Some(root) => {
+            let _ = writeln!(
+                s,
+                "<td><button class=\"stacks\" data-root=\"{}\">stacks</button></td></tr>",
+                esc(&root)
+            );
+        }
+        None => s.push_str("<td></td></tr>\n"),
+    }
 }
 
 /// CPU split (ops / unattributed / outside the pipeline), files read, lock

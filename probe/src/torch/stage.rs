@@ -515,6 +515,35 @@ mod tests {
         assert!(!worker_starting(&st_frames(&running)));
         assert!(!worker_starting(&st_frames(&[("<module>", "train.py")])));
         assert!(in_worker_loop(&st_frames(&running)));
+    }
+
+    /// report.html's stage filter and "stacks" buttons name the stage
+    /// flamegraph's roots as the stacks root them.
+    #[test]
+    fn the_report_names_the_stage_roots_as_the_stacks_do() {
+        use plumber_analyzer::{dataloader_stack_root, DATALOADER_OTHER_STACK_ROOTS};
+        let root = |s: Stage| format!("[{}]", s.title());
+        for (op, stage) in [
+            ("GetItemDataset", Stage::GetItem),
+            ("CollateDataset", Stage::Collate),
+            ("PinMemoryDataset", Stage::PinMemory),
+            ("WorkerQueueDataset", Stage::Wait),
+        ] {
+            assert_eq!(dataloader_stack_root(op), Some(root(stage).as_str()));
+        }
+        let others: Vec<&str> = DATALOADER_OTHER_STACK_ROOTS
+            .iter()
+            .map(|(r, _)| *r)
+            .collect();
+        for s in [
+            Stage::Receive,
+            Stage::Startup,
+            Stage::Send,
+            Stage::Other,
+            Stage::OtherLoader,
+        ] {
+            assert!(others.contains(&root(s).as_str()), "{}", root(s));
+        }
         assert!(!in_worker_loop(&st_frames(&[("<module>", "train.py")])));
     }
 }
