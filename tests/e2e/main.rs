@@ -18,6 +18,7 @@ mod shim;
 mod stacks;
 mod top;
 mod torch;
+mod torch_cli;
 mod torch_io;
 mod torch_loaders;
 mod torch_waits;

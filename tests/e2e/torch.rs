@@ -11,8 +11,8 @@ use plumber_collector::proto::PipelineSnapshot;
 use serde_json::Value;
 
 use crate::harness::{
-    gt_at_lines, python, read_snapshot, record_out, repo, require_root, run_probe, tempdir,
-    torch_python, Workload,
+    gt_at_lines, python, read_snapshot, record_out, repo, run_probe, tempdir, torch_python,
+    Workload,
 };
 use crate::shim::{lines as stdout_lines, run_as_nobody, shared_dir, workload};
 use crate::torch_io::{check_file_reads, data_dir};
@@ -71,7 +71,7 @@ pub(crate) fn num(v: &Value, key: &str) -> f64 {
 
 /// The workload's WORKERS lines in order: when each was printed
 /// (`wall_ns`) and the pids it names, by their index in the loader.
-fn worker_sets(lines: &[String]) -> Vec<(Option<i64>, Vec<i64>)> {
+pub(crate) fn worker_sets(lines: &[String]) -> Vec<(Option<i64>, Vec<i64>)> {
     lines
         .iter()
         .filter(|l| l.starts_with("WORKERS "))
@@ -622,127 +622,6 @@ fn dataloader_spawned_persistent_workers() {
         seconds: 8.0,
     });
     check_file_reads(&c, &data, "spawn");
-}
-
-/// A recording saved with --save-events replays to the same outputs:
-/// the stage stacks and spans are saved after the recording's end (the
-/// stage sampler finishes after the window), and before they were, a
-/// replay lost the Python functions, the hot-spot advice, stages.folded,
-/// profile.pb.gz and trace.json.
-#[test]
-fn a_saved_dataloader_recording_replays_to_the_same_outputs() {
-    require_root();
-    let w = Case {
-        script: "torch_pyxform.py",
-        args: &["--num-workers", "2", "--batch-size", "16"],
-        seconds: 0.0,
-    }
-    .start();
-    let dir = tempdir("torch-replay-rec");
-    let mut extra = BUDGET.to_vec();
-    extra.push("--save-events");
-    record_out(&w, 4.0, &dir, &extra);
-    let again = tempdir("torch-replay");
-    let events = dir.join("events.jsonl");
-    let o = run_probe(&[
-        "replay",
-        events.to_str().expect("utf8"),
-        "--output",
-        again.to_str().expect("utf8"),
-    ]);
-    assert!(
-        o.status.success(),
-        "replay: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    for f in [
-        "stats.pb",
-        "report.txt",
-        "report.json",
-        "dataloader.json",
-        "stages.folded",
-        "profile.pb.gz",
-        "trace.json",
-    ] {
-        let (a, b) = (std::fs::read(dir.join(f)), std::fs::read(again.join(f)));
-        assert!(
-            a.is_ok() && b.is_ok(),
-            "{f}: missing from the recording or its replay"
-        );
-        assert!(
-            a.ok() == b.ok(),
-            "{f} differs between the recording and its replay"
-        );
-    }
-    let d = std::fs::read_to_string(again.join("dataloader.json")).expect("dataloader.json");
-    assert!(
-        d.contains("py_loop"),
-        "no Python function in the replay: {d}"
-    );
-    // The replay's report.html in headless Chromium: the bottleneck's
-    // "stacks" button shows its stage's stacks (their root frame is the
-    // stage's, `[collate]`, not the op's model name).
-    let o = std::process::Command::new("python3")
-        .arg(repo().join("tests/html/check_report.py"))
-        .arg(again.join("report.html"))
-        .arg("--filter-finds")
-        .output()
-        .expect("run check_report.py");
-    assert!(
-        o.status.success(),
-        "check_report.py failed ({:?}):\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// A worker's PID (`top` shows the workers busy, the training process
-/// waiting) is bad input: one line naming the training process's PID, the
-/// forkserver between them skipped, and nothing recorded.
-#[test]
-fn a_worker_pid_names_the_training_process() {
-    require_root();
-    let w = Case {
-        script: "torch_pyxform.py",
-        args: &[
-            "--num-workers",
-            "2",
-            "--start-method",
-            "forkserver",
-            "--persistent-workers",
-        ],
-        seconds: 0.0,
-    }
-    .start();
-    let t0 = std::time::Instant::now();
-    let worker = loop {
-        if let Some(&p) = worker_sets(&w.snapshot_lines())
-            .first()
-            .and_then(|(_, pids)| pids.first())
-        {
-            break p;
-        }
-        assert!(t0.elapsed().as_secs() < 60, "no WORKERS line");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    let out = tempdir("worker-pid");
-    let o = run_probe(&[
-        "--pid",
-        &worker.to_string(),
-        "--duration",
-        "2",
-        "--output",
-        out.to_str().expect("utf8"),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("DataLoader worker") && err.ends_with(&format!("--pid {}", w.pid)),
-        "{err}"
-    );
-    assert!(!out.join("dataloader.json").exists());
 }
 
 #[test]

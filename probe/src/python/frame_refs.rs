@@ -157,24 +157,10 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         };
         let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
         let via = match (at.key, at.global) {
-            (
-                Some((key, _)),
-                Some(Global {
-                    name: g,
-                    attr: None,
-                }),
-            ) => {
-                format!("global {}.{}", name(g), name(key))
-            }
-            (
-                Some((key, _)),
-                Some(Global {
-                    name: g,
-                    attr: Some(a),
-                }),
-            ) => {
-                format!("global {}.{}.{}", name(g), name(a), name(key))
-            }
+            (Some((key, _)), Some(Global { name: g, attr })) => match attr {
+                None => format!("global {}.{}", name(g), name(key)),
+                Some(a) => format!("global {}.{}.{}", name(g), name(a), name(key)),
+            },
             (None, _) => slot(),
             (Some((key, Inside::Namespace)), _) => format!("global {}", name(key)),
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
