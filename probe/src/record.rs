@@ -94,20 +94,43 @@ pub fn check_privileges() -> Result<()> {
     )
 }
 
+fn record_dataloader(
+    opts: &RecordOpts,
+    torch: crate::torch::Torch,
+    started: Instant,
+) -> Result<Recording> {
+    stop::install_signal_handlers(stop::on_signal)?;
+    crate::record_torch::record(&torch_opts(opts), torch, started)?
+        .ok_or_else(|| anyhow!("the recording ended before the DataLoader was found"))
+}
+
+/// Whether the process's Python frames hold a DataLoader (its loop's
+/// frames, their objects' attributes, its modules' globals).
+fn holds_a_dataloader(pid: i32) -> bool {
+    crate::python::PyProcess::attach(pid).is_ok_and(|py| crate::torch::loader::holds_a_loader(&py))
+}
+
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
     crate::sched::batch_scheduling();
     let target = match Target::open(opts.pid) {
         Err(e @ TargetError::NoTensorFlow { .. }) => match crate::torch::find(opts.pid) {
-            Some(torch) => {
-                stop::install_signal_handlers(stop::on_signal)?;
-                return crate::record_torch::record(&torch_opts(opts), torch, started)?
-                    .ok_or_else(|| anyhow!("the recording ended before the DataLoader was found"));
-            }
+            Some(torch) => return record_dataloader(opts, torch, started),
             None => return Err(e.into()),
         },
-        other => other?,
+        // A PyTorch job may load TensorFlow too (tensorboard, tf.io, a
+        // dataset library): the DataLoader it holds is its pipeline.
+        Ok(t) => {
+            match crate::torch::find(opts.pid).filter(|_| holds_a_dataloader(opts.pid)) {
+                Some(torch) => {
+                    info!(pid = opts.pid, "TensorFlow and PyTorch loaded, a DataLoader held: recording the DataLoader");
+                    return record_dataloader(opts, torch, started);
+                }
+                None => t,
+            }
+        }
+        Err(e) => return Err(e.into()),
     };
     stop::install_signal_handlers(stop::on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");

@@ -1,8 +1,9 @@
 //! The command line on a PyTorch job beyond a recording's figures: a
-//! worker's PID refused with the training process named, and a saved
-//! recording replayed to the same outputs.
+//! worker's PID refused with the training process named, a saved
+//! recording replayed to the same outputs, a job that loaded TensorFlow
+//! too.
 
-use crate::harness::{record_out, repo, require_root, run_probe, tempdir};
+use crate::harness::{python, record_out, repo, require_root, run_probe, tempdir};
 use crate::torch::{worker_sets, Case, BUDGET};
 
 /// A recording saved with --save-events replays to the same outputs:
@@ -124,4 +125,41 @@ fn a_worker_pid_names_the_training_process() {
         "{err}"
     );
     assert!(!out.join("dataloader.json").exists());
+}
+
+/// A PyTorch job that loaded TensorFlow too (tensorboard, tf.io, a dataset
+/// library) is recorded as the DataLoader job it is. Before, the probe
+/// took it for a TensorFlow job and failed after --wait: "no tf.data
+/// iterator of process N produced an element".
+#[test]
+fn a_pytorch_job_that_loaded_tensorflow_records_its_dataloader() {
+    require_root();
+    let o = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("the TensorFlow venv's python");
+    let site = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let case = Case {
+        script: "torch_and_tf.py",
+        args: &[
+            "--tf-site",
+            &site,
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+        ],
+        seconds: 4.0,
+    };
+    let w = case.start();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", w.pid)).expect("maps");
+    assert!(
+        maps.contains("libtensorflow_framework") && maps.contains("libtorch_python"),
+        "the workload did not load both frameworks"
+    );
+    let c = case.check_running(&w);
+    assert!(c.stdout.contains("DataLoader ("), "{}", c.stdout);
 }

@@ -106,6 +106,12 @@ impl LoaderState {
     }
 }
 
+/// Whether `py`'s frames hold a DataLoader, iterated or not: a job that
+/// loaded TensorFlow too is recorded as a DataLoader job then.
+pub fn holds_a_loader(py: &PyProcess) -> bool {
+    Objects::new(py).is_ok_and(|objs| owner::holds_a_loader(&objs))
+}
+
 /// The loader's iterator in `py`'s frames, if a thread holds one now.
 pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
     let objs = Objects::new(py).context("reading the training process's Python objects")?;

@@ -175,6 +175,15 @@ fn still_told(objs: &Objects, obj: u64, t: &Told) -> bool {
         && u64::from_ne_bytes(value) == t.seen
 }
 
+/// Whether the frames hold a DataLoader, iterated or not (a few looks:
+/// one can end early, see `training_dataset`).
+pub(super) fn holds_a_loader(objs: &Objects) -> bool {
+    (0..LOOKS).any(|_| {
+        objs.find_derived_on_frames(LOADER_TYPES)
+            .is_ok_and(|found| !found.is_empty())
+    })
+}
+
 /// The dataset of the training loader among the DataLoaders the frames
 /// hold: the one whose sampler shuffles, when there are several loaders
 /// and exactly one shuffles; `Ok(None)`: one loader, or no way to tell.
