@@ -99,6 +99,17 @@ fn record_dataloader(
     torch: crate::torch::Torch,
     started: Instant,
 ) -> Result<Recording> {
+    // tf.data's ways of recording: a DataLoader is read from outside,
+    // its counts as they are, with no per-call probe to ask for.
+    let asked = match (opts.mode, opts.attribution) {
+        (ModeChoice::Uprobes, _) => Some("--mode uprobes"),
+        (ModeChoice::Model, _) => Some("--mode model"),
+        (_, Attribution::Continuous) => Some("--precise"),
+        _ => None,
+    };
+    if let Some(what) = asked {
+        warn!("{what} is for tf.data pipelines: a PyTorch DataLoader is recorded from its own counts, with no probe in its calls, whatever the mode");
+    }
     stop::install_signal_handlers(stop::on_signal)?;
     crate::record_torch::record(&torch_opts(opts), torch, started)?
         .ok_or_else(|| anyhow!("the recording ended before the DataLoader was found"))
