@@ -94,6 +94,7 @@ pub fn check_privileges() -> Result<()> {
     )
 }
 
+/// Records the process's PyTorch DataLoader (`record_torch`).
 fn record_dataloader(
     opts: &RecordOpts,
     torch: crate::torch::Torch,
