@@ -110,8 +110,9 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
                 bail!("target process {pid} exited before its pipeline produced an element")
             }
             Discovery::TimedOut => bail!(
-                "no tf.data iterator of process {pid} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated)",
-                self.discovery_timeout.as_secs_f64()
+                "no tf.data iterator of process {pid} produced an element within {:.0} s: is the training loop running? (plumber-probe sees a pipeline once it is iterated){}",
+                self.discovery_timeout.as_secs_f64(),
+                crate::torch::also_loaded_hint(pid)
             ),
         }
     }

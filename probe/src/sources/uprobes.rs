@@ -128,9 +128,10 @@ impl Source for UprobesSource<'_, '_, '_> {
     fn idle(&mut self, round: &Round) -> Result<()> {
         if !round.window_started && round.since_start > self.discovery_timeout {
             bail!(
-                "no tf.data iterator of process {} produced an element within {:.0} s",
+                "no tf.data iterator of process {} produced an element within {:.0} s{}",
                 self.at.target.pid,
-                self.discovery_timeout.as_secs_f64()
+                self.discovery_timeout.as_secs_f64(),
+                crate::torch::also_loaded_hint(self.at.target.pid)
             );
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -36,6 +36,18 @@ pub struct Torch {
     pub version: String,
 }
 
+/// What a failed wait for a tf.data pipeline adds when the process loaded
+/// torch too: a PyTorch job is recorded as one when its frames hold a
+/// DataLoader as the probe starts (`crate::record`), and this one held
+/// none then. Empty otherwise.
+pub fn also_loaded_hint(pid: i32) -> &'static str {
+    if find(pid).is_some() {
+        "; it loaded PyTorch too, and held no DataLoader when the probe started: if its pipeline is a DataLoader, record it again once its training loop runs"
+    } else {
+        ""
+    }
+}
+
 /// torch in process `pid`'s memory map, if it imported it.
 pub fn find(pid: i32) -> Option<Torch> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
