@@ -81,6 +81,33 @@ fn dataloader_loaders_two_attributes_deep_follow_the_training_one() {
     );
 }
 
+/// Both loaders the items of a global dict (`for batch in
+/// loaders["train"]:`, as the PyTorch tutorial's `dataloaders[phase]`).
+#[test]
+fn dataloader_loaders_in_a_global_dict_follow_the_training_one() {
+    attached_in_a_validation_pass(
+        "torch_toplevel.py",
+        &["--val-samples", "1024", "--for-loop", "--in-dict"],
+    );
+}
+
+/// Both loaders in a dict that the object two attributes deep holds
+/// (`for batch in app.trainer.loaders["train"]:`): four names from the
+/// module's namespace to the loader.
+#[test]
+fn dataloader_loaders_in_a_dict_an_object_holds_follow_the_training_one() {
+    attached_in_a_validation_pass(
+        "torch_toplevel.py",
+        &[
+            "--val-samples",
+            "1024",
+            "--for-loop",
+            "--nested",
+            "--in-dict",
+        ],
+    );
+}
+
 /// Validation (`--val-samples` in `extra`) takes about as long as an
 /// epoch's training or longer (2,048 samples in order against 1,024
 /// shuffled), so that the probe, started as a pass begins, attaches in

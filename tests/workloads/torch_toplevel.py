@@ -9,7 +9,10 @@ runs in a `for` loop at module level. With --for-loop the training epochs are `f
 the training iterator then lives only on the module frame's value stack. With --in-object
 both loaders are attributes of a global object (`trainer.train_loader`, as a trainer or a
 data module holds them), and no global names them; with --nested too, that object is itself
-an attribute of a global object (`app.trainer.train_loader`). --extra-globals N adds N names to the
+an attribute of a global object (`app.trainer.train_loader`). With --in-dict the loaders are
+the items of a dict (`loaders["train"]`, as the PyTorch tutorial's `dataloaders[phase]`), a
+global, or with --in-object or --nested that object's attribute (`app.trainer.loaders["train"]`).
+--extra-globals N adds N names to the
 module's namespace before the loaders (a notebook's grows by `_i12`, `_12` a cell run).
 
 Prints the torch_common protocol (READY, GT with val_root= and val_ns= when validating,
@@ -17,7 +20,7 @@ WORKERS, VAL, DONE); stall_ns is the time inside the training loader's iter() an
 Only the options torch_common.run() would use here are honoured: --num-workers, --batch-size,
 --epoch-samples, --val-samples, --seconds, --gt-interval, --seed, --start-method,
 --persistent-workers, --prefetch-factor, --pyiters, --for-loop, --in-object, --nested,
---extra-globals.
+--in-dict, --extra-globals.
 """
 
 import argparse
@@ -46,6 +49,9 @@ def add_args(p):
     p.add_argument("--nested", action="store_true",
                    help="with --in-object: that object an attribute of another global object "
                         "(app.trainer.train_loader)")
+    p.add_argument("--in-dict", action="store_true",
+                   help="hold both loaders as items of a dict: a global, or with --in-object or "
+                        "--nested that object's attribute (app.trainer.loaders[\"train\"])")
     p.add_argument("--extra-globals", type=int, default=0, metavar="N",
                    help="names added to the module's namespace before the loaders")
 
@@ -78,19 +84,35 @@ if __name__ == "__main__":
 
     # Where the loops take the loaders from: the module's own globals, a
     # global object's attributes (the names deleted), or those of an
-    # object that a global object holds.
+    # object that a global object holds; with --in-dict, a dict's items
+    # there.
     trainer = sys.modules[__name__]
     if args.in_object or args.nested:
         trainer = Trainer()
-        trainer.train_loader, trainer.val_loader = train_loader, val_loader
+        if args.in_dict:
+            trainer.loaders = {"train": train_loader, "val": val_loader}
+        else:
+            trainer.train_loader, trainer.val_loader = train_loader, val_loader
+        del train_loader, val_loader
+    elif args.in_dict:
+        loaders = {"train": train_loader, "val": val_loader}
         del train_loader, val_loader
     if args.nested:
         app = App()
         app.trainer = trainer
         del trainer
 
+    class _Items:
+        """The loaders of a dict, as attributes (looked up at each use)."""
+
+        def __init__(self, d):
+            self.train_loader, self.val_loader = d["train"], d["val"]
+
     def the():
         """What holds the loaders, looked up at each use as a loop's `app.trainer` is."""
+        if args.in_dict:
+            return _Items(app.trainer.loaders if args.nested
+                          else trainer.loaders if args.in_object else loaders)
         return app.trainer if args.nested else trainer
 
     root = elems = epoch = stall = val_root = val_ns = 0

@@ -9,10 +9,11 @@
 //! between two calls. Code running at module level (a script's loop, a
 //! notebook's cell) keeps its names in the module's globals, the frame's
 //! namespace (`f_locals`): its items are looked through too, up to
-//! `MAX_NAMESPACE_ITEMS`, and after them the attributes of the instances
-//! of the job's classes among them (`trainer.train_loader`, a loop at
-//! module level over loaders a trainer or a data module holds), up to
-//! `MAX_GLOBAL_OBJECTS`.
+//! `MAX_NAMESPACE_ITEMS`, and after them, level by level, the attributes
+//! of the instances of the job's classes and the items of the dicts
+//! among them (`trainer.train_loader`, a loop at module level over loaders
+//! a trainer or a data module holds; `loaders["train"]`), up to
+//! `MAX_GLOBAL_OBJECTS` a level and `MAX_PATH` names from the namespace.
 //!
 //! While a frame runs, CPython does not store its stack's top (3.9
 //! `f_stacktop` is NULL, 3.10 `f_stackdepth` and 3.11+ `stacktop` are -1):
@@ -42,12 +43,16 @@ const MAX_DICT_ITEMS: u64 = 64;
 /// a script's are a few hundred; a notebook's grow by one or two a cell
 /// run (`_i12`, `_12`). Their values' headers are read 1,024 to a call.
 const MAX_NAMESPACE_ITEMS: u64 = 8192;
-/// Most instances of classes among a namespace's items whose attributes
-/// are looked through (a trainer, a model, the parsed arguments), and
-/// again among those objects' attributes (`app.trainer`, `model.encoder`):
-/// each costs a read of its attributes' table, and its attributes'
-/// headers are read together.
+/// Most instances of classes and dicts among a namespace's items whose
+/// attributes or items are looked through (a trainer, a model, the parsed
+/// arguments, a dict of loaders), and again on each level below
+/// (`app.trainer`, `model.encoder`): each costs a read of its attributes'
+/// table, and its attributes' headers are read together.
 const MAX_GLOBAL_OBJECTS: usize = 64;
+/// Most names from a namespace to an object whose attributes or items are
+/// looked through: `app.fit.trainer` (then `app.fit.trainer.train_loader`
+/// is found) or `app.trainer.loaders` (`app.trainer.loaders["train"]`).
+const MAX_PATH: usize = 3;
 /// Most classes of an MRO read: a class hierarchy is a few deep; a longer
 /// tuple is not an MRO.
 const MAX_MRO: u64 = 32;
@@ -62,7 +67,7 @@ pub struct Found {
     /// The frame's function.
     pub function: String,
     /// `local NAME`, `stack N`, or either with `.ATTR` or `["KEY"]` after
-    /// it.
+    /// it; `global NAME` with up to three of those after it.
     pub via: String,
 }
 
@@ -77,19 +82,56 @@ struct Where<'a> {
     slots: &'a Slots,
     i: usize,
     key: Option<(u64, Inside)>,
-    /// The namespace item whose attribute `key` is, `global NAME.KEY`, or
-    /// whose attribute's attribute, `global NAME.ATTR.KEY`.
-    global: Option<Global>,
+    /// The way from a namespace to the object whose attribute or item
+    /// `key` is: `global NAME.ATTR["ITEM"].KEY`.
+    global: Option<Path>,
 }
 
-/// A global object, or an object one of its attributes holds, whose
-/// attributes are looked through.
+/// The names from a frame's namespace to an object whose attributes or
+/// items are looked through: the global's name, then each attribute's or
+/// item's key, and which of the two it is.
 #[derive(Clone, Copy)]
-struct Global {
-    /// The namespace key (the global's name).
-    name: u64,
-    /// The attribute's key, for the object an attribute holds.
-    attr: Option<u64>,
+struct Path {
+    keys: [(u64, Inside); MAX_PATH],
+    len: usize,
+}
+
+impl Path {
+    /// A global's.
+    fn global(name: u64) -> Path {
+        Path {
+            keys: [(name, Inside::Namespace); MAX_PATH],
+            len: 1,
+        }
+    }
+
+    /// This one and `key` after it, of what `inside` says; None past
+    /// `MAX_PATH`.
+    fn then(self, key: u64, inside: Inside) -> Option<Path> {
+        let mut p = self;
+        *p.keys.get_mut(p.len)? = (key, inside);
+        p.len += 1;
+        Some(p)
+    }
+
+    /// `global NAME.ATTR["ITEM"]`, each key named by `name`.
+    fn named(&self, name: impl Fn(u64) -> String) -> String {
+        let mut out = String::from("global");
+        for (i, &(key, inside)) in self.keys[..self.len].iter().enumerate() {
+            out += &step(i == 0, &name(key), inside);
+        }
+        out
+    }
+}
+
+/// How a key reads after what holds it: ` NAME` first in a path, `.NAME`
+/// for an attribute, `["NAME"]` for an item.
+fn step(first: bool, name: &str, inside: Inside) -> String {
+    match inside {
+        _ if first => format!(" {name}"),
+        Inside::Items => format!("[{name:?}]"),
+        _ => format!(".{name}"),
+    }
 }
 
 /// What of a slot's object is looked through.
@@ -116,8 +158,9 @@ struct Look<'a, F: Fn(&Found) -> bool> {
     enough: &'a F,
     out: Vec<Found>,
     seen: HashSet<u64>,
-    /// The global objects whose attributes were looked through (one an
-    /// attribute of another too, `trainer` and `app.trainer`, once).
+    /// The global objects whose attributes or items were looked through
+    /// (one an attribute of another too, `trainer` and `app.trainer`,
+    /// once).
     opened: HashSet<u64>,
     types: Types,
 }
@@ -157,10 +200,7 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         };
         let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
         let via = match (at.key, at.global) {
-            (Some((key, _)), Some(Global { name: g, attr })) => match attr {
-                None => format!("global {}.{}", name(g), name(key)),
-                Some(a) => format!("global {}.{}.{}", name(g), name(a), name(key)),
-            },
+            (Some((key, inside)), Some(p)) => p.named(name) + &step(false, &name(key), inside),
             (None, _) => slot(),
             (Some((key, Inside::Namespace)), _) => format!("global {}", name(key)),
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
@@ -327,9 +367,10 @@ impl Objects {
 
     /// Looks through the attributes or items of `obj`, held at `at`;
     /// whether what was found is enough. A namespace's instances of the
-    /// job's classes are looked through once every item was seen, and the
-    /// instances among their attributes after all of those: level by
-    /// level, two deep (`global app.trainer.train_loader`).
+    /// job's classes and its dicts are looked through once every item was
+    /// seen, and the instances and dicts among their attributes or items
+    /// after all of those: level by level, `MAX_PATH` deep (`global
+    /// app.fit.trainer.train_loader`, `global app.trainer.loaders["train"]`).
     fn look_inside<F: Fn(&Found) -> bool>(
         &self,
         look: &mut Look<'_, F>,
@@ -343,12 +384,12 @@ impl Objects {
         }
         while !level.is_empty() {
             let mut deeper = Vec::new();
-            for (global, o) in level {
+            for (path, o, inside) in level {
                 let at = Where {
-                    global: Some(global),
+                    global: Some(path),
                     ..*at
                 };
-                if self.look_through(look, &at, o, Inside::Attrs, &mut deeper) {
+                if self.look_through(look, &at, o, inside, &mut deeper) {
                     return true;
                 }
             }
@@ -357,16 +398,16 @@ impl Objects {
         false
     }
 
-    /// One object's attributes or items (see `look_inside`); the global
-    /// objects among them, whose attributes are to be looked through next,
-    /// go to `objects`.
+    /// One object's attributes or items (see `look_inside`); the objects
+    /// among them whose attributes or items are to be looked through next,
+    /// when `obj` is a namespace or on a path from one, go to `objects`.
     fn look_through<F: Fn(&Found) -> bool>(
         &self,
         look: &mut Look<'_, F>,
         at: &Where,
         obj: u64,
         inside: Inside,
-        objects: &mut Vec<(Global, u64)>,
+        objects: &mut Vec<(Path, u64, Inside)>,
     ) -> bool {
         // A stale slot's object may be anything: then nothing in it.
         let entries = match inside {
@@ -379,17 +420,12 @@ impl Objects {
         // The values' types, read together.
         let values: Vec<u64> = entries.iter().map(|&(_, v)| v).collect();
         let types = self.live_types(&values);
-        // Where the instances among the values would be looked through
-        // from: a namespace's as globals, a global's as its attributes'.
+        // Where the objects among the values would be looked through
+        // from: a namespace's as globals, those on a path from one one
+        // name further.
         let holder = |key| match (inside, at.global) {
-            (Inside::Namespace, _) => Some(Global {
-                name: key,
-                attr: None,
-            }),
-            (Inside::Attrs, Some(Global { name, attr: None })) => Some(Global {
-                name,
-                attr: Some(key),
-            }),
+            (Inside::Namespace, _) => Some(Path::global(key)),
+            (Inside::Attrs | Inside::Items, Some(p)) => p.then(key, inside),
             _ => None,
         };
         for (&(key, v), ty) in entries.iter().zip(types) {
@@ -403,12 +439,16 @@ impl Objects {
             if look.wants(self, &t, &n) && look.found(self, v, n, &at) {
                 return true;
             }
-            if t.flags & TPFLAGS_HEAPTYPE != 0
-                && t.flags & TPFLAGS_DICT_SUBCLASS == 0
-                && objects.len() < MAX_GLOBAL_OBJECTS
-            {
-                if let Some(g) = holder(key).filter(|_| look.opened.insert(v)) {
-                    objects.push((g, v));
+            let opens = if t.flags & TPFLAGS_DICT_SUBCLASS != 0 {
+                Inside::Items
+            } else if t.flags & TPFLAGS_HEAPTYPE != 0 {
+                Inside::Attrs
+            } else {
+                continue;
+            };
+            if objects.len() < MAX_GLOBAL_OBJECTS {
+                if let Some(p) = holder(key).filter(|_| look.opened.insert(v)) {
+                    objects.push((p, v, opens));
                 }
             }
         }
@@ -635,5 +675,26 @@ impl Objects {
             .get(i)
             .and_then(|&n| read_string(&self.mem, &self.off, n))
             .unwrap_or_else(|| i.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_names_attributes_and_items_and_ends_at_its_depth() {
+        let names = |k: u64| ["app", "trainer", "loaders", "train"][k as usize].to_string();
+        let p = Path::global(0)
+            .then(1, Inside::Attrs)
+            .and_then(|p| p.then(2, Inside::Attrs));
+        let p = p.expect("three names fit");
+        assert_eq!(p.named(names), "global app.trainer.loaders");
+        assert_eq!(
+            p.named(names) + &step(false, &names(3), Inside::Items),
+            r#"global app.trainer.loaders["train"]"#
+        );
+        // A fourth name would be looked through past MAX_PATH.
+        assert!(p.then(3, Inside::Items).is_none());
     }
 }
