@@ -43,7 +43,7 @@ pub fn is_usage_error(e: &anyhow::Error) -> bool {
                 .is_some_and(|a| a.exit_code() == 2)
             || matches!(
                 c.downcast_ref::<TargetError>(),
-                Some(TargetError::NoSuchProcess(_) | TargetError::NoTensorFlow { .. })
+                Some(TargetError::NoSuchProcess(_) | TargetError::NoFramework { .. })
             )
     })
 }

@@ -8,6 +8,7 @@ mod derive;
 mod errors;
 mod flamegraph_cmd;
 mod frames;
+mod framework;
 mod layout;
 mod mem;
 mod model;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::framework::Framework;
 use crate::record::{ModeChoice, RecordOpts};
 use crate::usage::Attribution;
 
@@ -334,15 +336,13 @@ fn run_run(r: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_inspect(pid: i32) -> anyhow::Result<ExitCode> {
-    let target = match target::Target::open(pid) {
-        // The error's text says the process has no PyTorch either: say
-        // what inspect is for where it has.
-        Err(target::TargetError::NoTensorFlow { .. }) if torch::find(pid).is_some() => {
+    let target = match framework::find(pid)? {
+        Framework::TensorFlow(t) => t,
+        Framework::Torch(_) => {
             return Err(errors::usage(format!(
                 "process {pid} runs PyTorch, not TensorFlow: inspect shows what is derived from a TensorFlow build; record the job with --pid {pid}"
             )));
         }
-        other => other?,
     };
     let (derived, cache_hit) = derive::derive(&target)?;
     let v = serde_json::json!({

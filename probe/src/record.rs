@@ -14,6 +14,7 @@ use tracing::{info, warn};
 use crate::bpf::Bpf;
 use crate::cost::{CostOpts, Lever, Meter, Pace, Thin};
 use crate::derive;
+use crate::framework::{self, Framework};
 use crate::mem::Memory;
 use crate::recording::{self, LoopOpts, NoModel, Recording, StackRecording, NO_MODEL};
 use crate::sampler::{self, Sampler, StackContext};
@@ -22,7 +23,6 @@ use crate::sources::attached::Attached;
 use crate::sources::model::ModelSource;
 use crate::sources::uprobes::UprobesSource;
 use crate::stop;
-use crate::target::{Target, TargetError};
 use crate::usage::Attribution;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -126,14 +126,11 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
     crate::sched::batch_scheduling();
-    let target = match Target::open(opts.pid) {
-        Err(e @ TargetError::NoTensorFlow { .. }) => match crate::torch::find(opts.pid) {
-            Some(torch) => return record_dataloader(opts, torch, started),
-            None => return Err(e.into()),
-        },
+    let target = match framework::find(opts.pid)? {
+        Framework::Torch(torch) => return record_dataloader(opts, torch, started),
         // A PyTorch job may load TensorFlow too (tensorboard, tf.io, a
         // dataset library): the DataLoader it holds is its pipeline.
-        Ok(t) => {
+        Framework::TensorFlow(t) => {
             match crate::torch::find(opts.pid).filter(|_| holds_a_dataloader(opts.pid)) {
                 Some(torch) => {
                     info!(pid = opts.pid, "TensorFlow and PyTorch loaded, a DataLoader held: recording the DataLoader");
@@ -142,7 +139,6 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
                 None => t,
             }
         }
-        Err(e) => return Err(e.into()),
     };
     stop::install_signal_handlers(stop::on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");

@@ -26,6 +26,7 @@ use tracing::{debug, info};
 use crate::clock::now_ns;
 use crate::derive;
 use crate::errors::{self, one_line};
+use crate::framework::{self, Framework};
 use crate::layout::NodeLayout;
 use crate::output;
 use crate::record_torch::{self, TorchOpts};
@@ -35,7 +36,7 @@ use crate::sink::EventSink;
 use crate::sources::dataloader::Job;
 use crate::sources::shim::{exited, ShimSource};
 use crate::stop::{self, STOP};
-use crate::target::{Target, TargetError};
+use crate::target::TargetError;
 use crate::torch::Torch;
 
 /// The shim's file name, next to the plumber-probe binary (cargo builds
@@ -360,13 +361,6 @@ fn record_dataloader(
     record_torch::record(&torch_opts, torch, started)
 }
 
-/// What the command loaded first.
-enum Framework {
-    TensorFlow(Target),
-    /// torch without TensorFlow.
-    Torch(Torch),
-}
-
 /// Waits until the child has TensorFlow's framework library mapped, or
 /// PyTorch's Python bindings without it. A Python job imports either
 /// seconds after it starts; no timeout, as the command may take long.
@@ -375,13 +369,10 @@ fn wait_for_framework(child: &mut Child, pid: i32) -> Result<Option<Framework>> 
         if STOP.load(Ordering::SeqCst) || exited(child) {
             return Ok(None);
         }
-        match Target::open(pid) {
-            Ok(t) => return Ok(Some(Framework::TensorFlow(t))),
-            Err(TargetError::NoTensorFlow { .. }) => {
-                if let Some(torch) = crate::torch::find(pid) {
-                    return Ok(Some(Framework::Torch(torch)));
-                }
-            }
+        match framework::find(pid) {
+            Ok(f) => return Ok(Some(f)),
+            // Not yet imported.
+            Err(TargetError::NoFramework { .. }) => {}
             // Exiting between our checks.
             Err(TargetError::NoSuchProcess(_)) => return Ok(None),
             Err(e) if exited(child) => {

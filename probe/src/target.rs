@@ -25,8 +25,16 @@ pub enum TargetError {
         what: &'static str,
         source: std::io::Error,
     },
-    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map), nor PyTorch (no libtorch_python.so); attach to the Python process that runs the tf.data pipeline or iterates the DataLoader")]
+    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map)")]
     NoTensorFlow {
+        pid: i32,
+        comm: String,
+        lib: &'static str,
+    },
+    /// Neither framework: what `framework::find` says for a process
+    /// without TensorFlow whose map has no PyTorch either.
+    #[error("process {pid} ({comm}) has no TensorFlow loaded (no {lib} in its memory map), nor PyTorch (no libtorch_python.so); attach to the Python process that runs the tf.data pipeline or iterates the DataLoader")]
+    NoFramework {
         pid: i32,
         comm: String,
         lib: &'static str,

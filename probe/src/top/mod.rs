@@ -321,17 +321,9 @@ pub fn run(a: TopArgs, log: HeldLog) -> Result<ExitCode> {
 fn top_pid(a: &TopArgs, pid: i32, log: HeldLog) -> Result<ExitCode> {
     // What can fail at once fails before the screen is taken.
     record::check_privileges()?;
-    match crate::target::Target::open(pid) {
-        // A PyTorch job (`record` takes it to its DataLoader source).
-        Err(e @ crate::target::TargetError::NoTensorFlow { .. }) => {
-            if crate::torch::find(pid).is_none() {
-                return Err(e.into());
-            }
-            crate::record_torch::check_target(pid)?;
-        }
-        other => {
-            other?;
-        }
+    // A PyTorch job (`record` takes it to its DataLoader source).
+    if let crate::framework::Framework::Torch(_) = crate::framework::find(pid)? {
+        crate::record_torch::check_target(pid)?;
     }
     if let Some(out) = &a.output {
         crate::output::prepare_dir(out)?;
