@@ -15,6 +15,25 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Opens `html` in headless Chromium with tests/html/check_report.py
+/// (its checks, and `args` for more) and fails with its output if it
+/// does.
+pub fn check_report_html(html: &Path, args: &[&std::ffi::OsStr]) {
+    let o = std::process::Command::new("python3")
+        .arg(repo().join("tests/html/check_report.py"))
+        .arg(html)
+        .args(args)
+        .output()
+        .expect("run check_report.py");
+    assert!(
+        o.status.success(),
+        "check_report.py failed ({:?}):\n{}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 pub fn probe_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_plumber-probe"))
 }

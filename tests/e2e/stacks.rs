@@ -358,19 +358,14 @@ fn report_html_of_a_recording_in_headless_chromium() {
         .to_string();
     let artifacts = repo().join("target/test-artifacts");
     std::fs::create_dir_all(&artifacts).expect("artifacts dir");
-    let o = std::process::Command::new("python3")
-        .arg(repo().join("tests/html/check_report.py"))
-        .arg(&html)
-        .args(["--expect", &bottleneck])
-        .arg("--screenshot")
-        .arg(artifacts.join("report-image-pipeline.png"))
-        .output()
-        .expect("run check_report.py");
-    assert!(
-        o.status.success(),
-        "check_report.py failed ({:?}):\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    let shot = artifacts.join("report-image-pipeline.png");
+    check_report_html(
+        &html,
+        &[
+            "--expect".as_ref(),
+            bottleneck.as_ref(),
+            "--screenshot".as_ref(),
+            shot.as_os_str(),
+        ],
     );
 }

@@ -98,25 +98,34 @@ fn wait_status(path: &Path, secs: u64) -> String {
     panic!("the probe did not exit within {secs} s of q");
 }
 
+/// `plumber-probe top ARGS` in a tmux session of `width` x `height` named
+/// by `tag`; its exit status goes to `status`, and the session stays open
+/// after it, showing what `top` printed on the normal screen.
+fn top_in_tmux(tag: &str, (width, height): (u16, u16), args: &str, status: &Path) -> Tmux {
+    let command = format!(
+        "{} top {args}; echo \"EXIT=$?\" > {}; sleep 600",
+        probe_bin().display(),
+        status.display()
+    );
+    let name = format!("plumber-top-{tag}-{}", std::process::id());
+    Tmux::start(&name, width, height, &command)
+}
+
+/// Quits the view with q; `top` then exits 0.
+fn quit(t: &Tmux, status: &Path) {
+    t.keys("q");
+    let st = wait_status(status, 60);
+    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
+}
+
 #[test]
 fn top_live_view_in_tmux() {
     let mut w = Workload::start("demo.py", &["--seconds", "120"]);
     let out = tempdir("top");
     let status = out.join("status");
     let outputs = out.join("out");
-    let command = format!(
-        "{} top --pid {} --output {}; echo \"EXIT=$?\" > {}; sleep 600",
-        probe_bin().display(),
-        w.pid,
-        outputs.display(),
-        status.display()
-    );
-    let t = Tmux::start(
-        &format!("plumber-top-{}", std::process::id()),
-        120,
-        40,
-        &command,
-    );
+    let args = format!("--pid {} --output {}", w.pid, outputs.display());
+    let t = top_in_tmux("pid", (120, 40), &args, &status);
 
     // The op names and a root rate that changes from poll to poll.
     let first = t.wait_for("op rows and a root rate", 90, |s| {
@@ -186,9 +195,7 @@ fn top_live_view_in_tmux() {
     assert!(!status.exists(), "the view closed before q");
     assert!(t.capture().contains("ParallelMapV2"), "last frame not kept");
 
-    t.keys("q");
-    let st = wait_status(&status, 60);
-    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
+    quit(&t, &status);
     for f in ["stats.pb", "report.txt", "report.json"] {
         assert!(outputs.join(f).is_file(), "{f} not written");
     }
@@ -218,18 +225,7 @@ fn top_on_a_pytorch_job_in_tmux() {
     );
     let out = tempdir("top-torch");
     let status = out.join("status");
-    let command = format!(
-        "{} top --pid {}; echo \"EXIT=$?\" > {}; sleep 600",
-        probe_bin().display(),
-        w.pid,
-        status.display()
-    );
-    let t = Tmux::start(
-        &format!("plumber-top-torch-{}", std::process::id()),
-        120,
-        30,
-        &command,
-    );
+    let t = top_in_tmux("torch", (120, 30), &format!("--pid {}", w.pid), &status);
     let screen = t.wait_for("the DataLoader's stages and a root rate", 60, |s| {
         s.contains("mode dataloader")
             && s.contains("GetItem")
@@ -237,9 +233,7 @@ fn top_on_a_pytorch_job_in_tmux() {
             && root_rate(s).is_some()
     });
     assert!(screen.contains("bottleneck"), "{screen}");
-    t.keys("q");
-    let st = wait_status(&status, 60);
-    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
+    quit(&t, &status);
 }
 
 /// `top -- CMD`: the same view for a command started under the shim; its
@@ -251,20 +245,13 @@ fn top_command_in_tmux() {
     let out = tempdir("top-cmd");
     let status = out.join("status");
     let outputs = out.join("out");
-    let command = format!(
-        "{} top --output {} -- {} {} --seconds 15; echo \"EXIT=$?\" > {}; sleep 600",
-        probe_bin().display(),
+    let args = format!(
+        "--output {} -- {} {} --seconds 15",
         outputs.display(),
         python().display(),
         repo().join("tests/workloads/demo.py").display(),
-        status.display()
     );
-    let t = Tmux::start(
-        &format!("plumber-top-cmd-{}", std::process::id()),
-        100,
-        30,
-        &command,
-    );
+    let t = top_in_tmux("cmd", (100, 30), &args, &status);
     t.wait_for("op rows and a root rate", 120, |s| {
         s.contains("ParallelMapV2") && root_rate(s).is_some()
     });
@@ -272,9 +259,7 @@ fn top_command_in_tmux() {
         s.to_lowercase().contains("exited")
     });
     assert!(ended.contains("ParallelMapV2"), "{ended}");
-    t.keys("q");
-    let st = wait_status(&status, 60);
-    assert_eq!(st.trim(), "EXIT=0", "{}", t.capture());
+    quit(&t, &status);
     assert!(outputs.join("stats.pb").is_file(), "stats.pb not written");
     let log = std::fs::read_to_string(outputs.join("command.log")).expect("command.log");
     assert!(

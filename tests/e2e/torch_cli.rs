@@ -3,7 +3,7 @@
 //! recording replayed to the same outputs, a job that loaded TensorFlow
 //! too.
 
-use crate::harness::{python, record_out, repo, require_root, run_probe, tempdir};
+use crate::harness::{check_report_html, python, record_out, require_root, run_probe, tempdir};
 use crate::torch::{worker_sets, Case, BUDGET};
 
 /// A recording saved with --save-events replays to the same outputs:
@@ -64,19 +64,7 @@ fn a_saved_dataloader_recording_replays_to_the_same_outputs() {
     // The replay's report.html in headless Chromium: the bottleneck's
     // "stacks" button shows its stage's stacks (their root frame is the
     // stage's, `[collate]`, not the op's model name).
-    let o = std::process::Command::new("python3")
-        .arg(repo().join("tests/html/check_report.py"))
-        .arg(again.join("report.html"))
-        .arg("--filter-finds")
-        .output()
-        .expect("run check_report.py");
-    assert!(
-        o.status.success(),
-        "check_report.py failed ({:?}):\n{}\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    check_report_html(&again.join("report.html"), &["--filter-finds".as_ref()]);
 }
 
 /// A worker's PID (`top` shows the workers busy, the training process
