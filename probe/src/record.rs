@@ -118,7 +118,7 @@ fn record_dataloader(
 
 /// Whether the process's Python frames hold a DataLoader (its loop's
 /// frames, their objects' attributes, its modules' globals).
-fn holds_a_dataloader(pid: i32) -> bool {
+pub(crate) fn holds_a_dataloader(pid: i32) -> bool {
     crate::python::PyProcess::attach(pid).is_ok_and(|py| crate::torch::loader::holds_a_loader(&py))
 }
 

@@ -24,11 +24,12 @@ use anyhow::{bail, Context, Result};
 use tracing::{debug, info};
 
 use crate::clock::now_ns;
-use crate::derive;
+use crate::derive::{self, Derived};
 use crate::errors::{self, one_line};
 use crate::framework::{self, Framework};
 use crate::layout::NodeLayout;
 use crate::output;
+use crate::record;
 use crate::record_torch::{self, TorchOpts};
 use crate::recording::{self, LoopOpts, Recording};
 use crate::shim_abi as abi;
@@ -299,14 +300,37 @@ fn record_child(
         Some(Framework::Torch(torch)) => return record_dataloader(opts, h, pid, torch, started),
     };
     info!(pid, tf = %target.tensorflow_version, "TensorFlow loaded");
-    let (derived, cache_hit) = derive::derive(&target)?;
+    // Derived while the job starts its pipeline, used once it is tf.data's.
+    let derived = derive::derive(&target);
+    if let Ok((
+        Derived {
+            node: Some(l),
+            iter,
+            ..
+        },
+        _,
+    )) = &derived
+    {
+        publish_layout(h, l, iter.as_ref().map(|i| i.prefix));
+    }
+    match await_pipeline(h, child, pid) {
+        None => return Ok(None),
+        Some(Pipeline::DataLoader(torch)) => {
+            info!(
+                pid,
+                "TensorFlow and PyTorch loaded, a DataLoader held: recording the DataLoader"
+            );
+            return record_dataloader(opts, h, pid, torch, started);
+        }
+        Some(Pipeline::TfData) => {}
+    }
+    let (derived, cache_hit) = derived?;
     let Some(layout) = derived.node else {
         bail!(
             "cannot read TensorFlow's autotune model in this build: {}",
             derived.model_error.as_deref().unwrap_or("unknown reason")
         );
     };
-    publish_layout(h, &layout, derived.iter.as_ref().map(|i| i.prefix));
     // From here on the child has opened the file (it maps it at load);
     // a later exec'd program would only find it gone and stay inert.
     let mut sink = EventSink::new(None)?.with_tap(opts.live.as_ref().map(|l| l.events.clone()));
@@ -359,6 +383,48 @@ fn record_dataloader(
         budget: opts.budget,
     };
     record_torch::record(&torch_opts, torch, started)
+}
+
+/// What a job that loaded TensorFlow runs first.
+enum Pipeline {
+    /// A tf.data iterator called.
+    TfData,
+    /// Its frames hold a DataLoader: a PyTorch job that loaded TensorFlow
+    /// too (tensorboard, tf.io, a dataset library).
+    DataLoader(Torch),
+}
+
+/// How often [`await_pipeline`] looks for a DataLoader once torch is
+/// mapped: a look attaches to the interpreter and reads the frames, a few
+/// ms.
+const DATALOADER_LOOK: Duration = Duration::from_millis(500);
+
+/// Waits until the child, which loaded TensorFlow, runs a tf.data iterator
+/// (the shim publishes it while asked to) or holds a DataLoader; a
+/// DataLoader held when an iterator first calls is taken, as `--pid`
+/// does. None when the command ended or we were stopped.
+fn await_pipeline(h: &abi::Header, child: &mut Child, pid: i32) -> Option<Pipeline> {
+    h.discover.store(1, Ordering::SeqCst);
+    let mut next_look = Instant::now();
+    let found = loop {
+        if STOP.load(Ordering::SeqCst) || exited(child) || !crate::target::alive(pid) {
+            break None;
+        }
+        let tf = h.iters.iter().any(|s| s.this.load(Ordering::Acquire) != 0);
+        if tf || Instant::now() >= next_look {
+            next_look = Instant::now() + DATALOADER_LOOK;
+            let torch = crate::torch::find(pid).filter(|_| record::holds_a_dataloader(pid));
+            if let Some(torch) = torch {
+                break Some(Pipeline::DataLoader(torch));
+            }
+        }
+        if tf {
+            break Some(Pipeline::TfData);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    h.discover.store(0, Ordering::SeqCst);
+    found
 }
 
 /// Waits until the child has TensorFlow's framework library mapped, or

@@ -178,7 +178,7 @@ impl Case<'_> {
 /// the probe's `stdout` with the loop's own counts over the same window;
 /// `lines(t)`: the workload's lines once they cover the instant t.
 /// Returns what was checked.
-fn agrees_with_loop(
+pub(crate) fn agrees_with_loop(
     case: &Case,
     dir: &Path,
     stdout: &str,

@@ -1,10 +1,13 @@
 //! The command line on a PyTorch job beyond a recording's figures: a
 //! worker's PID refused with the training process named, a saved
 //! recording replayed to the same outputs, a job that loaded TensorFlow
-//! too.
+//! too, by `--pid` and under `run`.
 
-use crate::harness::{check_report_html, python, record_out, require_root, run_probe, tempdir};
-use crate::torch::{worker_sets, Case, BUDGET};
+use crate::harness::{
+    check_report_html, python, record_out, require_root, run_probe, tempdir, torch_python,
+};
+use crate::shim::{lines as stdout_lines, workload};
+use crate::torch::{agrees_with_loop, worker_sets, Case, BUDGET};
 
 /// A recording saved with --save-events replays to the same outputs:
 /// the stage stacks and spans are saved after the recording's end (the
@@ -122,14 +125,7 @@ fn a_worker_pid_names_the_training_process() {
 #[test]
 fn a_pytorch_job_that_loaded_tensorflow_records_its_dataloader() {
     require_root();
-    let o = std::process::Command::new(python())
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .expect("the TensorFlow venv's python");
-    let site = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let site = tf_site();
     let case = Case {
         script: "torch_and_tf.py",
         args: &[
@@ -150,4 +146,62 @@ fn a_pytorch_job_that_loaded_tensorflow_records_its_dataloader() {
     );
     let c = case.check_running(&w);
     assert!(c.stdout.contains("DataLoader ("), "{}", c.stdout);
+}
+
+/// The same job under `run`: TensorFlow is mapped first, and the probe
+/// waits for a tf.data iterator or a DataLoader, whichever runs. Before,
+/// it waited for a tf.data pipeline until the job ended, then said the
+/// job ran neither.
+#[test]
+fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
+    require_root();
+    let site = tf_site();
+    let case = Case {
+        script: "torch_and_tf.py",
+        args: &["--num-workers", "2", "--batch-size", "16"],
+        seconds: 4.0,
+    };
+    let out = tempdir("run-torch-and-tf");
+    let (py, script) = (torch_python(), workload(case.script));
+    // The job runs on past the window: its lines then cover it.
+    let o = run_probe(&[
+        "run",
+        "--duration",
+        "4",
+        BUDGET[0],
+        BUDGET[1],
+        "-o",
+        out.to_str().expect("utf-8"),
+        "--",
+        py.to_str().expect("utf-8"),
+        &script,
+        "--tf-site",
+        &site,
+        "--num-workers",
+        "2",
+        "--batch-size",
+        "16",
+        "--seconds",
+        "12",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let lines = stdout_lines(&o);
+    agrees_with_loop(&case, &out, &stdout, |_| lines);
+}
+
+/// The TensorFlow venv's site-packages, which torch_and_tf.py imports
+/// TensorFlow from (both venvs run the same CPython).
+fn tf_site() -> String {
+    let o = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .expect("the TensorFlow venv's python");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
