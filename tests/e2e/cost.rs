@@ -142,8 +142,10 @@ fn default_mode_reports_its_cost_consistently_and_within_1_percent() {
 fn a_tiny_budget_thins_and_says_what() {
     let w = Workload::start(DEMO.script, DEMO.args);
     let out = tempdir("cost-tiny");
-    // Levers are pulled from 10 s in, 5 s apart.
-    let o = record_out(&w, 20.0, &out, &["--max-overhead", "0.05"]);
+    // Levers are pulled from 10 s in, 5 s apart; the second window is due
+    // at 12 s (at 10 s in a 20 s recording, when stopping the windows
+    // may come after it and save nothing: then the next lever is pulled).
+    let o = record_out(&w, 24.0, &out, &["--max-overhead", "0.05"]);
     let line = cost_line(&o);
     let s = read_snapshot(&out.join("stats.pb"));
     let j = overhead(&out);

@@ -45,6 +45,11 @@ use crate::bpf::Bpf;
 pub use thin::{Lever, Thin};
 pub use trap::TrapCosts;
 
+/// How long after an attribution window is seen opened its cost keeps
+/// coming: its quarter-second part, the tail, the waits' half second and
+/// its probes' detach. The projection's rates start after it.
+const WINDOW_BURST: Duration = Duration::from_secs(1);
+
 /// The default budget: 1% of the target's CPU.
 pub const DEFAULT_BUDGET: f64 = 0.01;
 
@@ -107,7 +112,20 @@ struct Projection {
     mark: Option<(Duration, u64, u64)>,
 }
 
+/// Where a projection says the recording is heading.
+#[derive(Debug, Clone, Copy)]
+struct Heading {
+    /// The share at the end.
+    share: f64,
+    /// The cost and the target's CPU at the end, ns, when the recording's
+    /// length is known.
+    ends: Option<(f64, f64)>,
+    /// The cost per ns of the target's CPU since the mark.
+    rate: f64,
+}
+
 impl Projection {
+    #[cfg(test)]
     fn update(
         &mut self,
         c: &ProbeCost,
@@ -115,6 +133,16 @@ impl Projection {
         duration: Option<Duration>,
         mark_at: Duration,
     ) -> Option<f64> {
+        self.heading(c, since, duration, mark_at).map(|h| h.share)
+    }
+
+    fn heading(
+        &mut self,
+        c: &ProbeCost,
+        since: Duration,
+        duration: Option<Duration>,
+        mark_at: Duration,
+    ) -> Option<Heading> {
         if since < mark_at {
             return None;
         }
@@ -127,12 +155,25 @@ impl Projection {
             return None;
         }
         let cost = c.total_ns().saturating_sub(cost0) as f64;
+        let rate = cost / target;
         Some(match duration {
             Some(d) => {
                 let left = d.saturating_sub(since).as_secs_f64() / span;
-                (c.total_ns() as f64 + cost * left) / (c.target_cpu_ns as f64 + target * left)
+                let ends = (
+                    c.total_ns() as f64 + cost * left,
+                    c.target_cpu_ns as f64 + target * left,
+                );
+                Heading {
+                    share: ends.0 / ends.1,
+                    ends: Some(ends),
+                    rate,
+                }
             }
-            None => cost / target,
+            None => Heading {
+                share: rate,
+                ends: None,
+                rate,
+            },
         })
     }
 
@@ -161,6 +202,11 @@ struct State {
     estimate: Option<ProbeCost>,
     over_warned: bool,
     projection: Projection,
+    /// Attribution windows opened as of the last poll.
+    windows_seen: u32,
+    /// When the last window's burst is over: the projection's rates are
+    /// measured from then on.
+    quiet_from: Duration,
 }
 
 /// The counters at one poll.
@@ -295,6 +341,8 @@ impl Meter {
             estimate: None,
             over_warned: false,
             projection: Projection::default(),
+            windows_seen: 0,
+            quiet_from: Duration::ZERO,
         }))
     }
 
@@ -329,9 +377,12 @@ impl Meter {
             return;
         };
         let est = cost_between(base, &now, &s.progs, s.traps, s.opts.budget);
-        let projected =
-            s.projection
-                .update(&est, since_window, s.opts.duration, s.opts.pace.mark_at);
+        s.after_windows(since_window);
+        let mark_at = s.opts.pace.mark_at.max(s.quiet_from);
+        let heading = s
+            .projection
+            .heading(&est, since_window, s.opts.duration, mark_at);
+        let projected = heading.map(|h| h.share);
         tracing::debug!(
             secs = since_window.as_secs_f64(),
             so_far = est.target_share(),
@@ -343,16 +394,23 @@ impl Meter {
             target_cpu_ns = est.target_cpu_ns,
             "probe cost"
         );
-        s.estimate = Some(est);
-        if let Some(share) =
-            projected.filter(|p| !last && s.opts.budget > 0.0 && *p > s.opts.budget)
-        {
-            let settled = s.projection.span(since_window) >= s.opts.pace.span;
+        let settled = s.projection.span(since_window) >= s.opts.pace.span;
+        let over = |p: &f64| !last && s.opts.budget > 0.0 && *p > s.opts.budget;
+        if let Some(share) = projected.filter(over) {
             if settled || s.opts.levers.is_empty() {
                 s.over_budget(share, since_window);
                 s.projection.mark = None;
             }
+        } else if let Some(share) = heading
+            .and_then(|h| s.with_next_window(&est, &h))
+            .filter(over)
+        {
+            if settled {
+                s.stop_windows(share, since_window);
+                s.projection.mark = None;
+            }
         }
+        s.estimate = Some(est);
     }
 
     /// The cost over the window, for the recording's `ProbeCost` event;
@@ -387,8 +445,29 @@ impl State {
         }
     }
 
+    /// A window opened since the last poll: its burst is a cost paid, not
+    /// a rate to project over the rest of a recording of known length
+    /// (where the windows still due are weighed one by one,
+    /// `with_next_window`), so the rates start again after it. Without a
+    /// known length the windows go on every 15 s, and the rates keep them.
+    fn after_windows(&mut self, since_window: Duration) {
+        let (opened, _) = self.opts.thin.windows();
+        if opened != self.windows_seen {
+            self.windows_seen = opened;
+            if self.opts.duration.is_some() {
+                self.projection.mark = None;
+                self.quiet_from = since_window + WINDOW_BURST;
+            }
+        }
+    }
+
     /// Pulls the next lever, or warns once that none is left.
     fn over_budget(&mut self, share: f64, since_window: Duration) {
+        // Once the last window due has opened, stopping them saves
+        // nothing: the next lever instead.
+        if matches!(self.opts.thin.windows(), (1.., false)) {
+            self.opts.levers.retain(|&l| l != Lever::Windows);
+        }
         if self.opts.levers.is_empty() {
             if !self.over_warned {
                 self.over_warned = true;
@@ -406,6 +485,40 @@ impl State {
         let note = lever.note(since_window.as_secs_f64());
         warn!(
             "probe cost {:.2}% of the target's CPU is over the budget of {:.2}%: {note}",
+            100.0 * share,
+            100.0 * self.opts.budget
+        );
+        self.notes.push(note);
+    }
+
+    /// The share at the end should the next attribution window open, when
+    /// one is due and the windows lever is left: a window's cost is taken
+    /// as all that was paid beyond the rate since the mark, over the
+    /// windows opened (the first one's, opened at the first poll, and the
+    /// probe's first seconds with it: more than a later one costs). A
+    /// window is a burst, a quarter-second of traps on every op transition
+    /// and the waits' half second after it: a projection from the quiet
+    /// seconds before it does not see it coming (30 s of interleave ended
+    /// at 1.01% after its second window at 15 s, projected 0.82-0.84%
+    /// before it).
+    fn with_next_window(&self, c: &ProbeCost, h: &Heading) -> Option<f64> {
+        let (opened, due) = self.opts.thin.windows();
+        let (cost, target) = h.ends?;
+        if !due || opened == 0 || !self.opts.levers.contains(&Lever::Windows) {
+            return None;
+        }
+        let paid_beyond = c.total_ns() as f64 - h.rate * c.target_cpu_ns as f64;
+        Some((cost + paid_beyond.max(0.0) / f64::from(opened)) / target)
+    }
+
+    /// Pulls the windows lever before the next window would take the
+    /// share past the budget.
+    fn stop_windows(&mut self, share: f64, since_window: Duration) {
+        self.opts.levers.retain(|&l| l != Lever::Windows);
+        self.opts.thin.pull(Lever::Windows);
+        let note = Lever::Windows.note(since_window.as_secs_f64());
+        warn!(
+            "probe cost would be {:.2}% of the target's CPU with the next attribution window, over the budget of {:.2}%: {note}",
             100.0 * share,
             100.0 * self.opts.budget
         );

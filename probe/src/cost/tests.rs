@@ -246,3 +246,67 @@ fn the_shims_time_is_a_part_of_the_share() {
     assert!((c.target_share() * c.target_cpu_ns as f64 - parts).abs() < 1.0);
     assert!(c.target_share() >= 0.003);
 }
+
+#[test]
+fn the_next_window_is_weighed_before_it_comes() {
+    let thin = Thin::default();
+    let meter = Meter::without_bpf(CostOpts {
+        budget: 0.01,
+        levers: vec![Lever::Windows, Lever::Sampling],
+        thin: thin.clone(),
+        explicit: None,
+        duration: Some(Duration::from_secs(30)),
+        pace: Pace::AFTER_START_UP,
+    });
+    let s = meter.0.borrow();
+    // 14 s in at 1.25 cores: 0.8 ms paid for each 100 ms of the target's
+    // CPU since the mark, and 54 ms more, the window opened at the start.
+    let c = ProbeCost {
+        target_cpu_ns: 17_500_000_000,
+        probe_cpu_ns: 140_000_000 + 54_000_000,
+        ..Default::default()
+    };
+    let target_end = 37_500_000_000.0;
+    let cost_end = c.total_ns() as f64 + 0.008 * (target_end - 17_500_000_000.0);
+    let h = Heading {
+        share: cost_end / target_end,
+        ends: Some((cost_end, target_end)),
+        rate: 0.008,
+    };
+    // No window due, or none opened yet: nothing to weigh.
+    assert_eq!(s.with_next_window(&c, &h), None);
+    thin.window_opened(true);
+    let with = s.with_next_window(&c, &h).expect("a window is due");
+    assert!(h.share < 0.01 && with > 0.01, "{} then {with}", h.share);
+    let want = (cost_end + 54_000_000.0) / target_end;
+    assert!((with - want).abs() < 1e-12, "{with} vs {want}");
+    // Two opened: each took half of what was paid beyond the rate.
+    thin.window_opened(true);
+    let two = s.with_next_window(&c, &h).expect("a window is due");
+    assert!((two - (cost_end + 27_000_000.0) / target_end).abs() < 1e-12);
+    // The last window opened: none is due.
+    thin.window_opened(false);
+    assert_eq!(s.with_next_window(&c, &h), None);
+}
+
+#[test]
+fn a_window_that_would_pass_the_budget_is_not_opened() {
+    let thin = Thin::default();
+    let meter = Meter::without_bpf(CostOpts {
+        budget: 0.0001,
+        levers: vec![Lever::Sampling, Lever::Windows],
+        thin: thin.clone(),
+        explicit: None,
+        duration: Some(Duration::from_secs(30)),
+        pace: Pace::AFTER_START_UP,
+    });
+    thin.window_opened(true);
+    {
+        let mut s = meter.0.borrow_mut();
+        s.stop_windows(0.02, Duration::from_secs(11));
+        assert_eq!(s.opts.levers, [Lever::Sampling]);
+    }
+    assert!(thin.windows_stopped() && !thin.sampling_stopped());
+    let s = meter.0.borrow();
+    assert!(s.notes[0].starts_with("attribution windows stopped at 11.0 s"));
+}

@@ -2,7 +2,7 @@
 //! flags that tell the parts doing it (the attribution windows in
 //! `usage`, the stack sampler's worker) to stop.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// The levers, shared by the meter that pulls them and the parts that
@@ -15,6 +15,10 @@ struct Flags {
     windows: AtomicBool,
     sampling: AtomicBool,
     stages: AtomicBool,
+    /// Attribution windows opened so far, and whether another is due
+    /// before the recording ends: what the meter weighs before it comes.
+    windows_opened: AtomicU32,
+    window_due: AtomicBool,
 }
 
 impl Thin {
@@ -31,6 +35,21 @@ impl Thin {
     /// The DataLoader's stage sampler is to slow down.
     pub fn stages_slowed(&self) -> bool {
         self.0.stages.load(Ordering::Relaxed)
+    }
+
+    /// The attribution windows say they opened one, and whether another
+    /// is due before the recording ends.
+    pub fn window_opened(&self, another_due: bool) {
+        self.0.windows_opened.fetch_add(1, Ordering::Relaxed);
+        self.0.window_due.store(another_due, Ordering::Relaxed);
+    }
+
+    /// Attribution windows opened so far, and whether another is due.
+    pub(super) fn windows(&self) -> (u32, bool) {
+        (
+            self.0.windows_opened.load(Ordering::Relaxed),
+            self.0.window_due.load(Ordering::Relaxed),
+        )
     }
 
     pub(super) fn pull(&self, lever: Lever) {

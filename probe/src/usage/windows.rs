@@ -140,6 +140,13 @@ impl<'a, 'obj> Windows<'a, 'obj> {
     fn open_window(&mut self) {
         self.last_window = Some(Instant::now());
         self.windows_opened += 1;
+        // The meter weighs the next one before it comes.
+        let next_at = self.schedule.gap(self.windows_opened);
+        let another_due = self.started.is_none_or(|started| {
+            self.schedule
+                .fits(started.elapsed() + next_at, self.windows_opened)
+        });
+        self.thin.window_opened(another_due);
         self.window_maps_stale = true;
         if let Err(e) = self.bpf.window_pending() {
             warn!("attribution window not started: {e}");
