@@ -2,6 +2,7 @@
 //! pipeline through the one recording loop (reading the autotune model, or
 //! per-call uprobes when it cannot be read), and sample its stacks beside.
 
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::mpsc::Sender;
@@ -16,7 +17,9 @@ use crate::cost::{CostOpts, Lever, Meter, Pace, Thin};
 use crate::derive;
 use crate::framework::{self, Framework};
 use crate::mem::Memory;
-use crate::recording::{self, LoopOpts, NoModel, Recording, StackRecording, NO_MODEL};
+use crate::recording::{
+    self, LoopOpts, NoModel, OtherPipeline, Recording, StackRecording, NO_MODEL,
+};
 use crate::sampler::{self, Sampler, StackContext};
 use crate::sink::EventSink;
 use crate::sources::attached::Attached;
@@ -116,12 +119,6 @@ fn record_dataloader(
         .ok_or_else(|| anyhow!("the recording ended before the DataLoader was found"))
 }
 
-/// Whether the process's Python frames hold a DataLoader (its loop's
-/// frames, their objects' attributes, its modules' globals).
-pub(crate) fn holds_a_dataloader(pid: i32) -> bool {
-    crate::python::PyProcess::attach(pid).is_ok_and(|py| crate::torch::loader::holds_a_loader(&py))
-}
-
 pub fn record(opts: &RecordOpts) -> Result<Recording> {
     let started = Instant::now();
     check_privileges()?;
@@ -131,7 +128,9 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         // A PyTorch job may load TensorFlow too (tensorboard, tf.io, a
         // dataset library): the DataLoader it holds is its pipeline.
         Framework::TensorFlow(t) => {
-            match crate::torch::find(opts.pid).filter(|_| holds_a_dataloader(opts.pid)) {
+            match crate::torch::find(opts.pid)
+                .filter(|_| crate::torch::holds_a_dataloader(opts.pid))
+            {
                 Some(torch) => {
                     info!(pid = opts.pid, "TensorFlow and PyTorch loaded, a DataLoader held: recording the DataLoader");
                     return record_dataloader(opts, torch, started);
@@ -140,6 +139,16 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
             }
         }
     };
+    record_tf_data(opts, &target, started)
+}
+
+/// A TensorFlow job's tf.data pipeline; or its DataLoader, when it holds
+/// one before a tf.data iterator runs.
+fn record_tf_data(
+    opts: &RecordOpts,
+    target: &crate::target::Target,
+    started: Instant,
+) -> Result<Recording> {
     stop::install_signal_handlers(stop::on_signal)?;
     info!(pid = opts.pid, tf = %target.tensorflow_version, "target found");
     // The sampler gets ready (loads its program, maps the libraries for
@@ -147,22 +156,8 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // and the BPF programs load.
     let thin = Thin::default();
     let (sampler, py_config, python_note) = spawn_sampler(opts, &thin);
-    let (derived, cache_hit) = derive::derive(&target)?;
-    let use_model = match (opts.mode, &derived.node) {
-        (ModeChoice::Uprobes, _) => false,
-        (_, Some(_)) => true,
-        (ModeChoice::Model, None) => bail!(
-            "cannot read TensorFlow's autotune model in this build: {}; retry with --mode uprobes",
-            derived.model_error.as_deref().unwrap_or("unknown reason")
-        ),
-        (ModeChoice::Auto, None) => {
-            warn!(
-                "autotune model layout not derivable ({}); falling back to GetNext uprobes",
-                derived.model_error.as_deref().unwrap_or("unknown")
-            );
-            false
-        }
-    };
+    let (derived, cache_hit) = derive::derive(target)?;
+    let use_model = reads_the_model(opts, &derived)?;
     let layout = derived.node.unwrap_or_default();
     let mut obj = MaybeUninit::uninit();
     let bpf = Bpf::load(
@@ -183,8 +178,20 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
             (None, true)
         }
     };
+    // A job that loaded TensorFlow may yet run a DataLoader instead (a
+    // PyTorch job that imported tensorboard or tf.io, still starting):
+    // looked for while the discovery waits for tf.data's first element.
+    let watch = crate::torch::dataloader_watch(opts.pid);
+    let other = RefCell::new(None);
+    let gives_way = || {
+        let found = watch();
+        let held = found.is_some();
+        *other.borrow_mut() = found;
+        held
+    };
     let at = Attached {
-        target: &target,
+        gives_way: Some(&gives_way),
+        target,
         derived: &derived,
         bpf: &bpf,
         mem: Memory::new(opts.pid),
@@ -221,6 +228,17 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
     // The BPF links and programs are released when `bpf` drops, on success
     // and on error alike. On error nothing is written: a recording that
     // failed is not presented as a result.
+    if let (Err(e), Some(torch)) = (&recorded, other.take()) {
+        if e.is::<OtherPipeline>() {
+            info!(
+                pid = opts.pid,
+                "a DataLoader held while no tf.data pipeline ran: recording the DataLoader"
+            );
+            drop((at, loop_opts, sink, sampler));
+            drop(bpf);
+            return record_dataloader(opts, torch, started);
+        }
+    }
     let (mode, ended, mut stack_context) = recorded?;
     if sampler_failed {
         sink.push(Event::Drops {
@@ -263,6 +281,26 @@ fn torch_opts(o: &RecordOpts) -> crate::record_torch::TorchOpts {
         tap: o.tap.clone(),
         budget: o.budget,
     }
+}
+
+/// Whether the recording reads the autotune model (else per-call
+/// uprobes), as asked and as the build allows.
+fn reads_the_model(opts: &RecordOpts, derived: &derive::Derived) -> Result<bool> {
+    Ok(match (opts.mode, &derived.node) {
+        (ModeChoice::Uprobes, _) => false,
+        (_, Some(_)) => true,
+        (ModeChoice::Model, None) => bail!(
+            "cannot read TensorFlow's autotune model in this build: {}; retry with --mode uprobes",
+            derived.model_error.as_deref().unwrap_or("unknown reason")
+        ),
+        (ModeChoice::Auto, None) => {
+            warn!(
+                "autotune model layout not derivable ({}); falling back to GetNext uprobes",
+                derived.model_error.as_deref().unwrap_or("unknown")
+            );
+            false
+        }
+    })
 }
 
 /// What the cost meter may thin: the attribution windows and stack

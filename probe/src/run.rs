@@ -29,7 +29,6 @@ use crate::errors::{self, one_line};
 use crate::framework::{self, Framework};
 use crate::layout::NodeLayout;
 use crate::output;
-use crate::record;
 use crate::record_torch::{self, TorchOpts};
 use crate::recording::{self, LoopOpts, Recording};
 use crate::shim_abi as abi;
@@ -394,29 +393,26 @@ enum Pipeline {
     DataLoader(Torch),
 }
 
-/// How often [`await_pipeline`] looks for a DataLoader once torch is
-/// mapped: a look attaches to the interpreter and reads the frames, a few
-/// ms.
-const DATALOADER_LOOK: Duration = Duration::from_millis(500);
-
 /// Waits until the child, which loaded TensorFlow, runs a tf.data iterator
-/// (the shim publishes it while asked to) or holds a DataLoader; a
-/// DataLoader held when an iterator first calls is taken, as `--pid`
-/// does. None when the command ended or we were stopped.
+/// (the shim publishes it while asked to) or holds a DataLoader (looked
+/// for twice a second, and when an iterator first calls: a DataLoader
+/// held then is taken, as `--pid` does). None when the command ended or
+/// we were stopped.
 fn await_pipeline(h: &abi::Header, child: &mut Child, pid: i32) -> Option<Pipeline> {
     h.discover.store(1, Ordering::SeqCst);
-    let mut next_look = Instant::now();
+    let watch = crate::torch::dataloader_watch(pid);
     let found = loop {
         if STOP.load(Ordering::SeqCst) || exited(child) || !crate::target::alive(pid) {
             break None;
         }
         let tf = h.iters.iter().any(|s| s.this.load(Ordering::Acquire) != 0);
-        if tf || Instant::now() >= next_look {
-            next_look = Instant::now() + DATALOADER_LOOK;
-            let torch = crate::torch::find(pid).filter(|_| record::holds_a_dataloader(pid));
-            if let Some(torch) = torch {
-                break Some(Pipeline::DataLoader(torch));
-            }
+        let held = if tf {
+            crate::torch::find(pid).filter(|_| crate::torch::holds_a_dataloader(pid))
+        } else {
+            watch()
+        };
+        if let Some(torch) = held {
+            break Some(Pipeline::DataLoader(torch));
         }
         if tf {
             break Some(Pipeline::TfData);

@@ -159,6 +159,18 @@ impl Workload {
     /// wrapper's namespaces see it when it has its own PID namespace, else
     /// the global one).
     pub fn start_in(wrapper: &[&str], python: &Path, script: &str, args: &[&str]) -> Workload {
+        Self::start_until(wrapper, python, script, args, "READY")
+    }
+
+    /// As [`Workload::start_in`], returning once a line starts with
+    /// `until` (READY: its first batch); the PID is that line's `pid=`.
+    pub fn start_until(
+        wrapper: &[&str],
+        python: &Path,
+        script: &str,
+        args: &[&str],
+        until: &str,
+    ) -> Workload {
         require_root();
         // TensorFlow's start-up chatter goes to a file, shown if it fails.
         let err_path = std::env::temp_dir().join(format!(
@@ -204,16 +216,16 @@ impl Workload {
             err_path: err_path.clone(),
         };
         let t0 = Instant::now();
-        while !w.snapshot_lines().iter().any(|l| l.starts_with("READY")) {
+        while !w.snapshot_lines().iter().any(|l| l.starts_with(until)) {
             if let Ok(Some(status)) = w.child.try_wait() {
                 panic!(
-                    "{script} exited ({status}) before READY; its stderr:\n{}",
+                    "{script} exited ({status}) before {until}; its stderr:\n{}",
                     std::fs::read_to_string(&err_path).unwrap_or_default()
                 );
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(240),
-                "{script} did not become READY; its stderr:\n{}",
+                "{script} did not print {until}; its stderr:\n{}",
                 std::fs::read_to_string(&err_path).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -221,7 +233,7 @@ impl Workload {
         let ready = w
             .snapshot_lines()
             .into_iter()
-            .find(|l| l.starts_with("READY"))
+            .find(|l| l.starts_with(until))
             .unwrap_or_default();
         if let Some(p) = ready
             .split_whitespace()

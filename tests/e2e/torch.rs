@@ -111,7 +111,7 @@ fn announced_workers(lines: &[String], t_ns: i64) -> Vec<i64> {
 
 /// The workload's lines once one of its GT lines is past `t_ns` (it
 /// prints one every 0.1 s).
-fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
+pub(crate) fn lines_past(w: &Workload, t_ns: i64) -> Vec<String> {
     let t0 = std::time::Instant::now();
     loop {
         let lines = w.snapshot_lines();

@@ -4,10 +4,10 @@
 //! too, by `--pid` and under `run`.
 
 use crate::harness::{
-    check_report_html, python, record_out, require_root, run_probe, tempdir, torch_python,
+    check_report_html, python, record_out, require_root, run_probe, tempdir, torch_python, Workload,
 };
 use crate::shim::{lines as stdout_lines, workload};
-use crate::torch::{agrees_with_loop, worker_sets, Case, BUDGET};
+use crate::torch::{agrees_with_loop, lines_past, worker_sets, Case, BUDGET};
 
 /// A recording saved with --save-events replays to the same outputs:
 /// the stage stacks and spans are saved after the recording's end (the
@@ -191,6 +191,61 @@ fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     let lines = stdout_lines(&o);
     agrees_with_loop(&case, &out, &stdout, |_| lines);
+}
+
+/// The same job attached while it starts: TensorFlow imported, torch not
+/// yet, no DataLoader. The probe waits for tf.data's first element, finds
+/// the DataLoader meanwhile and records it. Before, it waited out --wait
+/// and failed: "no tf.data iterator of process N produced an element".
+#[test]
+fn a_pytorch_job_that_loaded_tensorflow_attached_while_starting_records_its_dataloader() {
+    require_root();
+    let site = tf_site();
+    let case = Case {
+        script: "torch_and_tf.py",
+        args: &["--num-workers", "2", "--batch-size", "16"],
+        seconds: 4.0,
+    };
+    let w = Workload::start_until(
+        &[],
+        &torch_python(),
+        case.script,
+        &[
+            "--tf-site",
+            &site,
+            "--delay",
+            "3",
+            "--num-workers",
+            "2",
+            "--batch-size",
+            "16",
+            "--seconds",
+            "30",
+        ],
+        "TF ",
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", w.pid)).expect("maps");
+    assert!(
+        maps.contains("libtensorflow_framework") && !maps.contains("libtorch_python"),
+        "the workload had not loaded TensorFlow alone when the probe started"
+    );
+    let out = tempdir("torch-and-tf-starting");
+    let o = run_probe(&[
+        "--pid",
+        &w.pid.to_string(),
+        "--duration",
+        "4",
+        BUDGET[0],
+        BUDGET[1],
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    agrees_with_loop(&case, &out, &stdout, |t1| lines_past(&w, t1));
 }
 
 /// The TensorFlow venv's site-packages, which torch_and_tf.py imports

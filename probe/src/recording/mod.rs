@@ -21,7 +21,7 @@ use crate::sink::EventSink;
 use crate::stop::{sleep_interval, STOP};
 use crate::target::{self, Target};
 
-pub use walk::{await_iterators, Discovery, ModelWalk, NoModel, NO_MODEL};
+pub use walk::{await_iterators, Discovery, ModelWalk, NoModel, OtherPipeline, NO_MODEL};
 
 /// A finished recording: the observations and how the window ended.
 pub struct Recording {

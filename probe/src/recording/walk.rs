@@ -25,6 +25,13 @@ pub struct NoModel;
 pub const NO_MODEL: &str =
     "the pipeline's iterators have no autotune model node (is autotune disabled?)";
 
+/// The discovery gave way: while it waited for tf.data's first element
+/// the job turned out to run another framework's pipeline (a PyTorch job
+/// that loaded TensorFlow too came to hold a DataLoader).
+#[derive(Debug, thiserror::Error)]
+#[error("the job's pipeline is not tf.data's")]
+pub struct OtherPipeline;
+
 /// How a discovery ended.
 pub enum Discovery {
     /// The iterators seen (address, GetNext calls).

@@ -29,6 +29,10 @@ pub struct Attached<'a, 'obj> {
     pub wait_stacks: Option<Sender<Vec<RawSample>>>,
     /// The cost meter's levers (no more windows when it says so).
     pub thin: Thin,
+    /// Asked while the discovery waits for tf.data's first element:
+    /// whether the job runs another framework's pipeline instead (then
+    /// `OtherPipeline`). It rates its own checks.
+    pub gives_way: Option<&'a dyn Fn() -> bool>,
 }
 
 impl<'a, 'obj> Attached<'a, 'obj> {

@@ -16,7 +16,9 @@ use super::attached::{Attached, UsageSide};
 use crate::bpf::{self, RetiredEvent};
 use crate::errors::one_line;
 use crate::layout::NodeLayout;
-use crate::recording::{await_iterators, Discovery, ModelWalk, NoModel, Prepared, Round, Source};
+use crate::recording::{
+    await_iterators, Discovery, ModelWalk, NoModel, OtherPipeline, Prepared, Round, Source,
+};
 use crate::sampler::StackContext;
 use crate::sink::EventSink;
 use crate::target::{self, Target};
@@ -95,12 +97,19 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
         bpf.clear_seen_iterators();
         let getnext = &self.at.derived.getnext;
         let link = bpf.attach_discovery(&getnext.lib, getnext.file_offset)?;
+        let gave_way = std::cell::Cell::new(false);
         let found = await_iterators(
             || Ok(bpf.seen_iterators()?),
-            || target::alive(pid),
+            || {
+                gave_way.set(self.at.gives_way.is_some_and(|g| g()));
+                !gave_way.get() && target::alive(pid)
+            },
             Some(self.discovery_timeout),
         );
         bpf.detach([link]);
+        if gave_way.get() {
+            return Err(OtherPipeline.into());
+        }
         match found? {
             Discovery::Found(iters) => Ok(iters),
             Discovery::Stopped { signal: true } => {

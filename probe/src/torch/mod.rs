@@ -22,7 +22,9 @@ pub mod spans;
 pub mod stage;
 mod worker_ticks;
 
+use std::cell::Cell;
 use std::fs;
+use std::time::{Duration, Instant};
 
 /// A library only a process that imported torch maps.
 pub const TORCH_LIB: &str = "libtorch_python.so";
@@ -36,13 +38,37 @@ pub struct Torch {
     pub version: String,
 }
 
+/// Whether the process's Python frames hold a DataLoader (its loop's
+/// frames, their objects' attributes, its modules' globals).
+pub fn holds_a_dataloader(pid: i32) -> bool {
+    crate::python::PyProcess::attach(pid).is_ok_and(|py| loader::holds_a_loader(&py))
+}
+
+/// How often [`dataloader_watch`] looks: a look attaches to the
+/// interpreter and reads the frames, under 10 ms.
+const DATALOADER_LOOK: Duration = Duration::from_millis(500);
+
+/// For a job that loaded TensorFlow while no tf.data pipeline runs yet:
+/// a check, asked as often as the caller likes, whether it loaded torch
+/// too and its frames hold a DataLoader, looked at twice a second.
+pub fn dataloader_watch(pid: i32) -> impl Fn() -> Option<Torch> {
+    let next = Cell::new(Instant::now());
+    move || {
+        if Instant::now() < next.get() {
+            return None;
+        }
+        next.set(Instant::now() + DATALOADER_LOOK);
+        find(pid).filter(|_| holds_a_dataloader(pid))
+    }
+}
+
 /// What a failed wait for a tf.data pipeline adds when the process loaded
-/// torch too: a PyTorch job is recorded as one when its frames hold a
-/// DataLoader as the probe starts (`crate::record`), and this one held
-/// none then. Empty otherwise.
+/// torch too: a PyTorch job is recorded as one once its frames hold a
+/// DataLoader while the probe waits (`crate::record`), and this one held
+/// none in that time. Empty otherwise.
 pub fn also_loaded_hint(pid: i32) -> &'static str {
     if find(pid).is_some() {
-        "; it loaded PyTorch too, and held no DataLoader when the probe started: if its pipeline is a DataLoader, record it again once its training loop runs"
+        "; it loaded PyTorch too, and held no DataLoader while the probe waited: if its pipeline is a DataLoader, record it again once its training loop runs"
     } else {
         ""
     }
