@@ -36,6 +36,8 @@ const PARALLELISM_TRIES: u32 = 10;
 pub struct ModelSource<'s, 'a, 'obj> {
     at: &'s Attached<'a, 'obj>,
     discovery_timeout: Duration,
+    /// A discovery found the pipeline's iterators running.
+    ran: bool,
     walk: ModelWalk,
     remove_link: Option<Link>,
     retired: Rc<RefCell<Vec<RetiredEvent>>>,
@@ -77,6 +79,7 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
         Ok(ModelSource {
             at,
             discovery_timeout,
+            ran: false,
             walk: ModelWalk::new(at.mem, *layout, iter_layout).with_ratios(at.target, at.derived),
             remove_link,
             retired,
@@ -97,11 +100,14 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
         bpf.clear_seen_iterators();
         let getnext = &self.at.derived.getnext;
         let link = bpf.attach_discovery(&getnext.lib, getnext.file_offset)?;
+        // Only until the pipeline first ran: a later discovery (the
+        // parallel ops' iterators, a root found again) is tf.data's.
+        let gives_way = self.at.gives_way.filter(|_| !self.ran);
         let gave_way = std::cell::Cell::new(false);
         let found = await_iterators(
             || Ok(bpf.seen_iterators()?),
             || {
-                gave_way.set(self.at.gives_way.is_some_and(|g| g()));
+                gave_way.set(gives_way.is_some_and(|g| g()));
                 !gave_way.get() && target::alive(pid)
             },
             Some(self.discovery_timeout),
@@ -111,7 +117,10 @@ impl<'s, 'a, 'obj> ModelSource<'s, 'a, 'obj> {
             return Err(OtherPipeline.into());
         }
         match found? {
-            Discovery::Found(iters) => Ok(iters),
+            Discovery::Found(iters) => {
+                self.ran = true;
+                Ok(iters)
+            }
             Discovery::Stopped { signal: true } => {
                 bail!("interrupted before the pipeline produced an element")
             }
