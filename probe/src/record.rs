@@ -225,9 +225,8 @@ fn record_tf_data(
     } else {
         record_uprobes(&at, opts, &mut sink, &loop_opts)
     };
-    // The BPF links and programs are released when `bpf` drops, on success
-    // and on error alike. On error nothing is written: a recording that
-    // failed is not presented as a result.
+    // The DataLoader came first: TensorFlow's side is released before it
+    // is recorded.
     if let (Err(e), Some(torch)) = (&recorded, other.take()) {
         if e.is::<OtherPipeline>() {
             info!(
@@ -239,6 +238,9 @@ fn record_tf_data(
             return record_dataloader(opts, torch, started);
         }
     }
+    // The BPF links and programs are released when `bpf` drops, on success
+    // and on error alike. On error nothing is written: a recording that
+    // failed is not presented as a result.
     let (mode, ended, mut stack_context) = recorded?;
     if sampler_failed {
         sink.push(Event::Drops {
