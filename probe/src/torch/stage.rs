@@ -515,6 +515,7 @@ mod tests {
         assert!(!worker_starting(&st_frames(&running)));
         assert!(!worker_starting(&st_frames(&[("<module>", "train.py")])));
         assert!(in_worker_loop(&st_frames(&running)));
+        assert!(!in_worker_loop(&st_frames(&[("<module>", "train.py")])));
     }
 
     /// report.html's stage filter and "stacks" buttons name the stage
@@ -544,6 +545,5 @@ mod tests {
         ] {
             assert!(others.contains(&root(s).as_str()), "{}", root(s));
         }
-        assert!(!in_worker_loop(&st_frames(&[("<module>", "train.py")])));
     }
 }
