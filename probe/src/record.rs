@@ -128,9 +128,7 @@ pub fn record(opts: &RecordOpts) -> Result<Recording> {
         // A PyTorch job may load TensorFlow too (tensorboard, tf.io, a
         // dataset library): the DataLoader it holds is its pipeline.
         Framework::TensorFlow(t) => {
-            match crate::torch::find(opts.pid)
-                .filter(|_| crate::torch::holds_a_dataloader(opts.pid))
-            {
+            match crate::torch::with_a_dataloader(opts.pid) {
                 Some(torch) => {
                     info!(pid = opts.pid, "TensorFlow and PyTorch loaded, a DataLoader held: recording the DataLoader");
                     return record_dataloader(opts, torch, started);

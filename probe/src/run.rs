@@ -407,7 +407,7 @@ fn await_pipeline(h: &abi::Header, child: &mut Child, pid: i32) -> Option<Pipeli
         }
         let tf = h.iters.iter().any(|s| s.this.load(Ordering::Acquire) != 0);
         let held = if tf {
-            crate::torch::find(pid).filter(|_| crate::torch::holds_a_dataloader(pid))
+            crate::torch::with_a_dataloader(pid)
         } else {
             watch()
         };

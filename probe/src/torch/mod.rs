@@ -38,10 +38,13 @@ pub struct Torch {
     pub version: String,
 }
 
-/// Whether the process's Python frames hold a DataLoader (its loop's
-/// frames, their objects' attributes, its modules' globals).
-pub fn holds_a_dataloader(pid: i32) -> bool {
-    crate::python::PyProcess::attach(pid).is_ok_and(|py| loader::holds_a_loader(&py))
+/// torch, when the process loaded it and its Python frames hold a
+/// DataLoader (its loop's frames, their objects' attributes, its modules'
+/// globals): a job that loaded TensorFlow too is then a DataLoader job.
+pub fn with_a_dataloader(pid: i32) -> Option<Torch> {
+    find(pid).filter(|_| {
+        crate::python::PyProcess::attach(pid).is_ok_and(|py| loader::holds_a_loader(&py))
+    })
 }
 
 /// How often [`dataloader_watch`] looks: a look attaches to the
@@ -58,7 +61,7 @@ pub fn dataloader_watch(pid: i32) -> impl Fn() -> Option<Torch> {
             return None;
         }
         next.set(Instant::now() + DATALOADER_LOOK);
-        find(pid).filter(|_| holds_a_dataloader(pid))
+        with_a_dataloader(pid)
     }
 }
 
