@@ -125,17 +125,6 @@ struct Heading {
 }
 
 impl Projection {
-    #[cfg(test)]
-    fn update(
-        &mut self,
-        c: &ProbeCost,
-        since: Duration,
-        duration: Option<Duration>,
-        mark_at: Duration,
-    ) -> Option<f64> {
-        self.heading(c, since, duration, mark_at).map(|h| h.share)
-    }
-
     fn heading(
         &mut self,
         c: &ProbeCost,

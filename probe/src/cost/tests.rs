@@ -188,25 +188,26 @@ fn the_projection_counts_what_is_paid_and_the_rest_at_the_recent_rate() {
         probe_cpu_ns: cost,
         ..Default::default()
     };
+    // The share a projection heads for.
+    let share = |p: &mut Projection, c: &ProbeCost, since, duration| {
+        p.heading(c, since, duration, Duration::from_secs(5))
+            .map(|h| h.share)
+    };
     let mut p = Projection::default();
     let s = Duration::from_secs;
     // Before the mark: no projection.
-    assert_eq!(p.update(&at(50, 2_000), s(2), Some(s(30)), s(5)), None);
+    assert_eq!(share(&mut p, &at(50, 2_000), s(2), Some(s(30))), None);
     // A costly start: 2% over the first 5 s.
-    assert_eq!(p.update(&at(100, 5_000), s(5), Some(s(30)), s(5)), None);
+    assert_eq!(share(&mut p, &at(100, 5_000), s(5), Some(s(30))), None);
     // Then 0.5%: 12 s into 30, the 18 s left at that rate.
-    let got = p
-        .update(&at(135, 12_000), s(12), Some(s(30)), s(5))
-        .expect("a span");
+    let got = share(&mut p, &at(135, 12_000), s(12), Some(s(30))).expect("a span");
     let want = (135.0 + 35.0 * 18.0 / 7.0) / (12_000.0 + 7_000.0 * 18.0 / 7.0);
     assert!((got - want).abs() < 1e-12, "{got} vs {want}");
     assert!(got < 0.008 && (at(135, 12_000)).target_share() > 0.011);
     // Without a duration: the rate since the mark.
     let mut q = Projection::default();
-    q.update(&at(100, 5_000), s(5), None, s(5));
-    let r = q
-        .update(&at(135, 12_000), s(12), None, s(5))
-        .expect("a span");
+    share(&mut q, &at(100, 5_000), s(5), None);
+    let r = share(&mut q, &at(135, 12_000), s(12), None).expect("a span");
     assert!((r - 0.005).abs() < 1e-12);
 }
 
