@@ -156,15 +156,10 @@ fn a_pytorch_job_that_loaded_tensorflow_records_its_dataloader() {
 fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
     require_root();
     let site = tf_site();
-    let case = Case {
-        script: "torch_and_tf.py",
-        args: &["--num-workers", "2", "--batch-size", "16"],
-        seconds: 4.0,
-    };
     let out = tempdir("run-torch-and-tf");
-    let (py, script) = (torch_python(), workload(case.script));
+    let (py, script) = (torch_python(), workload(TORCH_AND_TF.script));
     // The job runs on past the window: its lines then cover it.
-    let o = run_probe(&[
+    let mut args = vec![
         "run",
         "--duration",
         "4",
@@ -177,20 +172,11 @@ fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
         &script,
         "--tf-site",
         &site,
-        "--num-workers",
-        "2",
-        "--batch-size",
-        "16",
         "--seconds",
         "12",
-    ]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let lines = stdout_lines(&o);
-    agrees_with_loop(&case, &out, &stdout, |_| lines);
+    ];
+    args.extend_from_slice(TORCH_AND_TF.args);
+    recorded_agrees(&out, &args, |o, _| stdout_lines(o));
 }
 
 /// The same job attached while it starts: TensorFlow imported, torch not
@@ -201,51 +187,52 @@ fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
 fn a_pytorch_job_that_loaded_tensorflow_attached_while_starting_records_its_dataloader() {
     require_root();
     let site = tf_site();
-    let case = Case {
-        script: "torch_and_tf.py",
-        args: &["--num-workers", "2", "--batch-size", "16"],
-        seconds: 4.0,
-    };
-    let w = Workload::start_until(
-        &[],
-        &torch_python(),
-        case.script,
-        &[
-            "--tf-site",
-            &site,
-            "--delay",
-            "3",
-            "--num-workers",
-            "2",
-            "--batch-size",
-            "16",
-            "--seconds",
-            "30",
-        ],
-        "TF ",
-    );
+    let mut job = vec!["--tf-site", &site, "--delay", "3", "--seconds", "30"];
+    job.extend_from_slice(TORCH_AND_TF.args);
+    let w = Workload::start_until(&[], &torch_python(), TORCH_AND_TF.script, &job, "TF ");
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", w.pid)).expect("maps");
     assert!(
         maps.contains("libtensorflow_framework") && !maps.contains("libtorch_python"),
         "the workload had not loaded TensorFlow alone when the probe started"
     );
     let out = tempdir("torch-and-tf-starting");
-    let o = run_probe(&[
+    let pid = w.pid.to_string();
+    let args = [
         "--pid",
-        &w.pid.to_string(),
+        &pid,
         "--duration",
         "4",
         BUDGET[0],
         BUDGET[1],
         "-o",
         out.to_str().expect("utf-8"),
-    ]);
+    ];
+    recorded_agrees(&out, &args, |_, t1| lines_past(&w, t1));
+}
+
+/// torch_and_tf.py's own options in the two cases that start it
+/// themselves, and the 4 s window they record.
+const TORCH_AND_TF: Case = Case {
+    script: "torch_and_tf.py",
+    args: &["--num-workers", "2", "--batch-size", "16"],
+    seconds: 4.0,
+};
+
+/// Runs the probe with `args` (a 4 s recording into `out`), which must
+/// exit 0, and compares the recording with the loop's own counts; `lines`:
+/// the job's lines once they cover an instant, given the probe's output.
+fn recorded_agrees(
+    out: &std::path::Path,
+    args: &[&str],
+    lines: impl FnOnce(&std::process::Output, i64) -> Vec<String>,
+) {
+    let o = run_probe(args);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    agrees_with_loop(&case, &out, &stdout, |t1| lines_past(&w, t1));
+    agrees_with_loop(&TORCH_AND_TF, out, &stdout, |t1| lines(&o, t1));
 }
 
 /// The TensorFlow venv's site-packages, which torch_and_tf.py imports
