@@ -7,12 +7,13 @@
 //! yields its last batches and starts the next epoch within a millisecond
 //! or two, and a count not read before the restart is lost (`count.rs`).
 //! So: as often as the ticks for a loop slower than them, and for a faster
-//! one by how near the running epoch may be to its end by the next tick.
+//! one by how near the running epoch may be to its end by the end of the
+//! next period.
 
 use super::count::Count;
 
 /// Reads of the loader's counts per read of the stacks while the loop
-/// takes more than one batch a tick, and how near the end of its epoch is
+/// takes more than one batch a period, and how near the end of its epoch is
 /// not known (`reads_per_period`). A count costs a few reads, a tick of
 /// the stacks a few per thread: counts read four times as often lose a
 /// quarter of what an epoch's end can lose between two reads (a loop
@@ -20,12 +21,104 @@ use super::count::Count;
 /// millisecond). A loop slower than the ticks gains nothing from them: it
 /// yields at most one batch between two reads either way.
 pub const COUNTS_PER_TICK: u32 = 4;
-/// Count reads a tick near an epoch's known end (see `reach`): 2.5 ms
-/// apart at 25 Hz, for the few batches left.
+/// Count reads a period near an epoch's known end at most (see `reach`,
+/// `near_end_reads`): 2.5 ms apart at 25 Hz, for the few batches left.
 const COUNTS_NEAR_END: u32 = 16;
+/// Count reads near an epoch's end within the time the loop takes the
+/// batches in flight (`near_end_reads`).
+const READS_PER_DRAIN: f64 = 4.0;
 /// Sampler periods between two ticks once the cost meter slows the
 /// sampler: its stacks are read a quarter as often.
-pub const SLOWED: u32 = 4;
+const SLOWED: u32 = 4;
+
+/// Where the sampler stands between two ticks: count reads a period
+/// (`reads_per_period`), those left in this period, and the periods left
+/// before the next tick. The reads a period are weighed again at every
+/// period's end, not only at ticks: slowed by the cost meter, four
+/// periods apart, the ticks would see an epoch's end coming four periods
+/// early and read near it all that time (half of a 64-batch epoch at 60
+/// batches/s, most of the probe's wakeups on such a loader).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    /// Count reads a period.
+    per_period: u32,
+    /// Count reads left in this period.
+    left: u32,
+    /// Periods left before the next tick, this one included.
+    periods_left: u32,
+    /// Periods between two ticks: 1, or `SLOWED`.
+    periods: u32,
+    /// The count last read in the last period, to see how fast the loop
+    /// goes.
+    at_period: Option<Count>,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule {
+            per_period: COUNTS_PER_TICK,
+            left: COUNTS_PER_TICK,
+            periods_left: 1,
+            periods: 1,
+            at_period: None,
+        }
+    }
+}
+
+impl Schedule {
+    /// Count reads a period now.
+    pub fn per_period(&self) -> u32 {
+        self.per_period
+    }
+
+    /// Periods between two ticks.
+    pub fn periods(&self) -> u32 {
+        self.periods
+    }
+
+    /// The iterator is gone (an epoch ended): read as often as when
+    /// nothing is known, so that the next one and its workers are found
+    /// soon; the period ends where it was due (the read just made counts
+    /// as one of its reads).
+    pub fn lost(&mut self) {
+        if self.per_period == 1 {
+            self.per_period = COUNTS_PER_TICK;
+            self.left = self.left.saturating_sub(1) * COUNTS_PER_TICK + 1;
+        }
+    }
+
+    /// A count read was made, `last` the last count read; at a period's
+    /// end the reads of the next are weighed, with `ends()`: where the
+    /// last epoch ended and where its sampler ran out (`reads_per_period`).
+    /// True when the tick is due: the caller ticks, then calls `ticked`.
+    pub fn read(
+        &mut self,
+        last: Option<Count>,
+        ends: impl FnOnce() -> (Option<u64>, Option<u64>),
+    ) -> bool {
+        self.left = self.left.saturating_sub(1);
+        if self.left > 0 {
+            return false;
+        }
+        let (end, ran_out) = ends();
+        self.per_period = reads_per_period(self.at_period, last, end, ran_out);
+        self.at_period = last;
+        self.left = self.per_period;
+        self.periods_left = self.periods_left.saturating_sub(1);
+        self.periods_left == 0
+    }
+
+    /// The tick was taken; `slowed`: the cost meter slowed the sampler.
+    /// Slowed, the ticks (every thread's stack: the sampler's cost) come
+    /// a quarter as often, the counts (a few words of the training
+    /// process) as often as before: the batches at the window's ends stay
+    /// within a count read's period, not a slowed tick's (an 8 s recording
+    /// slowed at 2 s missed 3.3% of 605 batches).
+    pub fn ticked(&mut self, slowed: bool) {
+        self.periods = if slowed { SLOWED } else { 1 };
+        self.periods_left = self.periods;
+    }
+}
 
 /// Factors in [0.5, 1.5) for the sampler's sleeps (xorshift64: nothing
 /// here needs more than an even spread).
@@ -46,39 +139,55 @@ impl Jitter {
     }
 }
 
-/// Count reads a period until the next tick, `periods` periods after the
-/// last (1, or `SLOWED`): `before` was read at the last tick, `now` last;
-/// `end` is where the last epoch ended, `ran_out` where the sampler ran
-/// out in an epoch seen drained (`count.rs`).
-pub fn reads_per_period(
+/// Count reads in the next period: `before` was the last read a period
+/// ago, `now` the last; `end` is where the last epoch ended, `ran_out`
+/// where the sampler ran out in an epoch seen drained (`count.rs`).
+fn reads_per_period(
     before: Option<Count>,
     now: Option<Count>,
-    periods: u32,
     end: Option<u64>,
     ran_out: Option<u64>,
 ) -> u32 {
-    let n = counts_per_period(before, now, periods);
+    let n = counts_per_period(before, now);
     if n == 1 {
         return 1;
     }
-    match reach(before, now, end, ran_out) {
-        Reach::Far => 1,
-        Reach::Near => COUNTS_NEAR_END,
-        Reach::Settled | Reach::Unknown => n,
+    match (reach(before, now, end, ran_out), before, now) {
+        (Reach::Far, ..) => 1,
+        (Reach::Near, Some(b), Some(n)) => near_end_reads(b, n),
+        (Reach::Near, ..) => COUNTS_NEAR_END,
+        (Reach::Settled | Reach::Unknown, ..) => n,
     }
 }
 
-/// Count reads a period until the next tick: one while the loop took at
-/// most one batch a period since the last tick, `periods` periods ago (on
-/// the same iterator), else `COUNTS_PER_TICK`.
-fn counts_per_period(before: Option<Count>, now: Option<Count>, periods: u32) -> u32 {
+/// Count reads a period near an epoch's end, a period after the count
+/// `before`: `READS_PER_DRAIN` within the time the loop takes the
+/// batches in flight at its pace since then. Once the sampler has run out,
+/// the loop takes those and the epoch ends; a read that sees the sampler
+/// stand still while the loop takes them (a drained epoch, `count.rs`)
+/// must fall in that time. At a fast loop's pace it is milliseconds (16
+/// reads a period, 2.5 ms apart at 25 Hz); at a slow loop's, a period or
+/// more, and reads that close together cost the probe a wakeup each for
+/// nothing: on a 60 batches/s loader slowed by the cost meter, whose
+/// margin (`reach`) then spans half of a 64-batch epoch, they were most of
+/// its wakeups.
+fn near_end_reads(before: Count, now: Count) -> u32 {
+    let per_period = now.yielded.saturating_sub(before.yielded) as f64;
+    let ahead = now.sent.map_or(0, |s| s.saturating_sub(now.yielded)).max(1) as f64;
+    let reads = (READS_PER_DRAIN * per_period / ahead).ceil();
+    reads.clamp(1.0, f64::from(COUNTS_NEAR_END)) as u32
+}
+
+/// Count reads in the next period: one while the loop took at most one
+/// batch in the last (on the same iterator), else `COUNTS_PER_TICK`.
+fn counts_per_period(before: Option<Count>, now: Option<Count>) -> u32 {
     match (before, now) {
-        (Some(b), Some(n)) if b.iter == n.iter && n.yielded <= b.yielded + u64::from(periods) => 1,
+        (Some(b), Some(n)) if b.iter == n.iter && n.yielded <= b.yielded + 1 => 1,
         _ => COUNTS_PER_TICK,
     }
 }
 
-/// How near the running epoch may be to its end by the next tick.
+/// How near the running epoch may be to its end by the end of the next period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reach {
     /// It cannot end before it: one count read a period loses nothing.
@@ -100,7 +209,7 @@ enum Reach {
 /// Where the epoch of `now` stands against `end`, where the last epoch
 /// ended (a map-style loader's epochs are as long as its sampler), and
 /// `ran_out`, where its sampler ran out in an epoch seen drained. Near
-/// once less than three times the batches of the last tick (`margin`),
+/// once less than three times the batches of the last period (`margin`),
 /// past those already sent to the workers, are left; settled once it
 /// sent as many as `ran_out`: it closes there (`count.rs`). The count
 /// reads were half of the probe's CPU on a DataLoader job, with their
@@ -110,8 +219,8 @@ enum Reach {
 ///
 /// Without a known end (none yet, or the epoch went past it) an epoch
 /// that already counts `LONG` margins is taken as far from its end: if it
-/// ends before the next tick after all, the reads lose what one read a
-/// tick loses, under a margin, once; later ends are known. Without
+/// ends within the next period after all, the reads lose what one read a
+/// period loses, under a margin, once; later ends are known. Without
 /// workers nothing drains: near its end the counts are read as when it is
 /// not known.
 fn reach(
@@ -163,7 +272,7 @@ mod tests {
             })
         };
         let r = |b, n, end| reach(b, n, end, None);
-        // 4 batches a tick, 64 an epoch, 4 sent ahead: far at 40, near
+        // 4 batches a period, 64 an epoch, 4 sent ahead: far at 40, near
         // from 50.
         assert_eq!(r(sent(1, 36, 40), sent(1, 40, 44), Some(64)), Reach::Far);
         assert_eq!(r(sent(1, 46, 50), sent(1, 50, 54), Some(64)), Reach::Near);
@@ -172,6 +281,12 @@ mod tests {
         // Settled: it sent as many as an epoch seen drained.
         let settled = reach(sent(1, 58, 62), sent(1, 60, 64), Some(64), Some(64));
         assert_eq!(settled, Reach::Settled);
+        // Near: reads by how fast the loop takes the batches in flight.
+        let near = |b, n| reads_per_period(b, n, Some(64), None);
+        assert_eq!(near(sent(1, 46, 50), sent(1, 50, 54)), 4);
+        assert_eq!(near(sent(1, 30, 34), sent(1, 50, 54)), 16);
+        assert_eq!(near(sent(1, 47, 51), sent(1, 50, 54)), 3);
+        assert_eq!(near(sent(1, 48, 52), sent(1, 50, 58)), 1);
         // Without workers nothing drains: near reads as not known.
         assert_eq!(r(c(1, 36), c(1, 40), Some(64)), Reach::Far);
         assert_eq!(r(c(1, 46), c(1, 50), Some(64)), Reach::Unknown);
@@ -186,6 +301,48 @@ mod tests {
     }
 
     #[test]
+    fn reads_are_weighed_each_period_and_ticks_come_every_periods() {
+        let sent = |yielded| {
+            Some(Count {
+                iter: 1,
+                yielded,
+                sent: Some(yielded + 4),
+            })
+        };
+        let mut s = Schedule::default();
+        let ends = || (Some(64), None);
+        // Four reads, then the tick (nothing known yet).
+        assert!(!s.read(sent(1), ends) && !s.read(sent(1), ends) && !s.read(sent(2), ends));
+        assert!(s.read(sent(3), ends));
+        s.ticked(true);
+        // Slowed: a tick every four periods; far from the end, one read a
+        // period (3 batches in the last).
+        assert_eq!(s.per_period(), COUNTS_PER_TICK);
+        for _ in 0..3 {
+            assert!(!s.read(sent(6), ends));
+        }
+        assert!(!s.read(sent(6), ends));
+        assert_eq!(s.per_period(), 1);
+        assert!(!s.read(sent(9), ends) && !s.read(sent(12), ends));
+        assert!(s.read(sent(15), ends));
+        s.ticked(false);
+        // Near the end, weighed at the period's end, not the tick's: 3
+        // batches a period, 4 in flight, 3 reads.
+        assert!(s.read(sent(52), ends));
+        assert_eq!(s.per_period(), 16);
+        s.ticked(false);
+        for _ in 0..15 {
+            assert!(!s.read(sent(53), ends));
+        }
+        assert!(s.read(sent(55), ends));
+        assert_eq!(s.per_period(), 3);
+        // Lost: as often as when nothing is known, the period's end kept.
+        s.ticked(false);
+        s.lost();
+        assert_eq!(s.per_period(), 3);
+    }
+
+    #[test]
     fn jitter_spreads_around_one() {
         let mut j = Jitter::seeded(12345);
         let v: Vec<f64> = (0..10_000).map(|_| j.next()).collect();
@@ -197,17 +354,11 @@ mod tests {
     #[test]
     fn counts_are_read_between_ticks_only_for_a_fast_loop() {
         // At most one batch a period: one read a period loses nothing more.
-        assert_eq!(counts_per_period(c(1, 10), c(1, 11), 1), 1);
-        assert_eq!(counts_per_period(c(1, 10), c(1, 10), 1), 1);
+        assert_eq!(counts_per_period(c(1, 10), c(1, 11)), 1);
+        assert_eq!(counts_per_period(c(1, 10), c(1, 10)), 1);
         // Faster, a new iterator, or nothing known: read between ticks.
-        assert_eq!(counts_per_period(c(1, 10), c(1, 12), 1), COUNTS_PER_TICK);
-        assert_eq!(counts_per_period(c(1, 10), c(2, 0), 1), COUNTS_PER_TICK);
-        assert_eq!(counts_per_period(None, c(1, 0), 1), COUNTS_PER_TICK);
-        // Slowed, four periods between ticks: four batches are one a period.
-        assert_eq!(counts_per_period(c(1, 10), c(1, 14), SLOWED), 1);
-        assert_eq!(
-            counts_per_period(c(1, 10), c(1, 15), SLOWED),
-            COUNTS_PER_TICK
-        );
+        assert_eq!(counts_per_period(c(1, 10), c(1, 12)), COUNTS_PER_TICK);
+        assert_eq!(counts_per_period(c(1, 10), c(2, 0)), COUNTS_PER_TICK);
+        assert_eq!(counts_per_period(None, c(1, 0)), COUNTS_PER_TICK);
     }
 }

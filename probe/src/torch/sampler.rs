@@ -24,7 +24,7 @@ use tracing::debug;
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, SharedNames, Stack};
 use super::gil::Wait;
-use super::pace::{self, Jitter, COUNTS_PER_TICK, SLOWED};
+use super::pace::{Jitter, Schedule, COUNTS_PER_TICK};
 use super::recorder::Recorder;
 pub use super::recorder::{Recorded, StageStack};
 use super::spans::{Role, Seen};
@@ -283,7 +283,8 @@ const REREADS: usize = 2;
 const LOOP_READS_PER_PERIOD: u32 = COUNTS_PER_TICK;
 /// Between two full reads of the loader's state.
 const STATE_EVERY: Duration = Duration::from_millis(500);
-/// Between two full reads while the iterator is lost.
+/// From the iterator's loss to the first look for the next one, and the
+/// first wait between two looks while it stays lost (doubled each look).
 const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
 /// Between two full reads while the loop is in another loader's calls.
 const STATE_ELSEWHERE: Duration = Duration::from_secs(2);
@@ -295,25 +296,35 @@ impl Run {
         self.last_loop_ns = last_stacks;
         let mut last_state: Option<Instant> = None;
         let mut lost = false;
+        // Since when the iterator is lost, and the wait between two looks
+        // while it stays lost.
+        let mut lost_since: Option<Instant> = None;
+        let mut after_loss = STATE_AFTER_LOSS;
         let mut renewed = false;
-        // Count reads per period (1, `COUNTS_PER_TICK` or more: `pace`), those left
-        // before the next tick, and the periods between two ticks: 1, or
-        // `SLOWED` once the cost meter slows us.
-        let mut per_period = COUNTS_PER_TICK;
-        let mut until_tick = per_period;
-        let mut periods = 1;
-        // The count at the last tick, to see how fast the loop goes.
-        let mut at_tick: Option<Count> = None;
+        // Count reads per period (1, `COUNTS_PER_TICK` or more: `pace`) and
+        // the periods between two ticks: 1, or `SLOWED` once the cost meter
+        // slows us.
+        let mut schedule = Schedule::default();
         let mut last_count: Option<Count> = None;
         let mut jitter = Jitter::seeded(last_stacks);
         while !stop.load(Ordering::Relaxed) {
             // Jittered (0.5 to 1.5 times the period, 1 on average): a loop
             // whose own period divides the sampler's would otherwise be
             // caught at the same point of it tick after tick.
-            std::thread::sleep((self.period / per_period).mul_f64(jitter.next()));
+            std::thread::sleep((self.period / schedule.per_period()).mul_f64(jitter.next()));
             let now = Instant::now();
             // A full read every STATE_EVERY, and soon after the iterator
-            // was lost (an epoch ended: the next one's is to be found).
+            // was lost (an epoch ended: the next one's is to be found): as
+            // soon as the loop is seen in the next one's calls (a hint,
+            // below: a read by name), else by a look through the frames
+            // (hundreds of reads) STATE_AFTER_LOSS after the loss, then
+            // at twice the wait each time up to STATE_EVERY. Looked for
+            // at once and every 100 ms, the next epoch's iterator took one
+            // or two looks, often before the loop had made it (a look
+            // that found nothing was the dearest, ~770 reads): half of a
+            // 1-worker loader's reads (64-batch epochs, a new worker each),
+            // where the loop, starting the next epoch's worker in the new
+            // iterator's `__init__`, gives the hint within a tick.
             let due = |every| last_state.is_none_or(|t| now.duration_since(t) >= every);
             // While the loop is in another loader's pass (validation), this
             // one's iterator is gone until the pass ends: a look through
@@ -334,10 +345,16 @@ impl Run {
                 || (lost && self.reader.hinted())
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
+                } else if lost {
+                    lost_since.is_none_or(|t| now.duration_since(t) >= STATE_AFTER_LOSS)
+                        && due(after_loss)
                 } else {
-                    due(STATE_EVERY) || (lost && due(STATE_AFTER_LOSS))
+                    due(STATE_EVERY)
                 };
             let state = if read {
+                if lost {
+                    after_loss = (after_loss * 2).min(STATE_EVERY);
+                }
                 last_state = Some(now);
                 self.reader.state()
             } else {
@@ -361,24 +378,24 @@ impl Run {
                 None => self.reader.yielded(),
             };
             lost = count.is_none();
+            if !lost {
+                lost_since = None;
+                after_loss = STATE_AFTER_LOSS;
+            } else if lost_since.is_none() {
+                lost_since = Some(now);
+            }
             // A new iterator (an epoch's, without persistent workers)
             // starts new workers: the next read finds them, rather than
             // one up to STATE_EVERY later (their start-up, seconds under
             // spawn or forkserver, would go unseen meanwhile).
             renewed = matches!((count, &last_count), (Some(c), Some(l)) if c.iter != l.iter);
-            if lost && per_period == 1 {
-                // The iterator is gone (an epoch ended): read as often as
-                // when nothing is known, so that the next one and its
-                // workers are found soon; the tick stays where it was due
-                // (this read counts as one of the reads before it).
-                per_period = COUNTS_PER_TICK;
-                until_tick = until_tick.saturating_sub(1) * COUNTS_PER_TICK + 1;
+            if lost {
+                schedule.lost();
             }
             last_count = count.or(last_count);
             self.counted(count, state);
-            until_tick = until_tick.saturating_sub(1);
-            if until_tick > 0 {
-                let n = if periods > 1 {
+            if !schedule.read(last_count, || self.epoch_end()) {
+                let n = if schedule.periods() > 1 {
                     1
                 } else {
                     LOOP_READS_PER_PERIOD
@@ -392,17 +409,7 @@ impl Run {
                 let mono = now_ns().0;
                 self.tick(last_stacks, mono, count.is_some());
                 last_stacks = mono;
-                let (end, ran_out) = self.epoch_end();
-                per_period = pace::reads_per_period(at_tick, last_count, periods, end, ran_out);
-                // Slowed by the cost meter, the ticks (every thread's
-                // stack: the sampler's cost) come a quarter as often, the
-                // counts (a few words of the training process) as often
-                // as before: the batches at the window's ends stay within
-                // a count read's period, not a slowed tick's (an 8 s
-                // recording slowed at 2 s missed 3.3% of 605 batches).
-                periods = if self.thin.stages_slowed() { SLOWED } else { 1 };
-                until_tick = per_period * periods;
-                at_tick = last_count;
+                schedule.ticked(self.thin.stages_slowed());
             }
         }
     }
