@@ -283,8 +283,8 @@ const REREADS: usize = 2;
 const LOOP_READS_PER_PERIOD: u32 = COUNTS_PER_TICK;
 /// Between two full reads of the loader's state.
 const STATE_EVERY: Duration = Duration::from_millis(500);
-/// From the iterator's loss to the first look for the next one, and the
-/// first wait between two looks while it stays lost (doubled each look).
+/// Between two looks for the next iterator while the last one is lost
+/// (doubled each look after `LOOKS_BEFORE_BACKOFF`).
 const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
 /// Reads while the iterator is lost before the looks back off: half a
 /// second of them. Backed off from the first, a loader made anew every 8
