@@ -451,3 +451,66 @@ fn python_frames_through_the_targets_root() {
         "no leaf_spin frame: {stacks:?}"
     );
 }
+
+/// A program that maps a libpython and runs no interpreter in it, as an
+/// embedding program does before `Py_Initialize` (and a job after its
+/// interpreter was finalized): prints its pid, then waits.
+const NO_INTERPRETER_C: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc < 2 || !dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL)) return 1;
+    printf("READY %d\n", getpid());
+    fflush(stdout);
+    sleep(60);
+    return 0;
+}
+"#;
+
+/// A process whose libpython runs no interpreter gets one line that says
+/// so and how to go on. Before, it was told as CPython's layout not
+/// looking as expected ("no interpreter state"), seen once attaching to a
+/// job as it exited.
+#[test]
+fn a_process_with_no_interpreter_running_says_so() {
+    require_root();
+    let python = pyenv_python("3.11.7");
+    let prefix = python
+        .parent()
+        .and_then(|b| b.parent())
+        .expect("pyenv prefix");
+    let lib = prefix.join("lib/libpython3.11.so.1.0");
+    let dir = tempdir("no-interpreter");
+    let (src, bin) = (dir.join("noinit.c"), dir.join("noinit"));
+    std::fs::write(&src, NO_INTERPRETER_C).expect("write the C source");
+    let built = std::process::Command::new("clang")
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("clang");
+    assert!(built.success(), "clang failed");
+    let mut child = std::process::Command::new(&bin)
+        .arg(&lib)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the program");
+    let mut line = String::new();
+    let out = child.stdout.take().expect("stdout");
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).expect("READY");
+    assert!(line.starts_with("READY"), "{line}");
+    let o = run_probe(&["py-objects", "--pid", &child.id().to_string()]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("no Python interpreter runs in it now")
+            && lines[0].contains("attach once the job runs"),
+        "{stderr}"
+    );
+}

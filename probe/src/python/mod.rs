@@ -41,6 +41,11 @@ pub enum PyError {
     UnknownVersion(String),
     #[error("CPython 3.{minor}'s structures do not look as expected ({what})")]
     Invalid { minor: u32, what: String },
+    /// `_PyRuntime` lists no interpreter: before `Py_Initialize` or after
+    /// finalization. Seen attaching to a job as it exited; said as a fault
+    /// of the layout before, which it is not.
+    #[error("no Python interpreter runs in it now: the process is starting up or shutting down; attach once the job runs")]
+    NotRunning,
 }
 
 /// The BPF walk's configuration (bpf/python.h `struct py_cfg`).
@@ -129,7 +134,7 @@ impl PyProcess {
             what: what.to_string(),
         };
         if interp == 0 {
-            return Err(invalid("no interpreter state"));
+            return Err(PyError::NotRunning);
         }
         let gil_base = if off.gil_in_interp {
             interp
