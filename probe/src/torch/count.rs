@@ -39,6 +39,14 @@ pub struct Count {
     pub sent: Option<u64>,
 }
 
+impl Count {
+    /// Batches sent to the workers and not yet yielded (0 when `sent` is
+    /// not read).
+    pub fn in_flight(&self) -> u64 {
+        self.sent.map_or(0, |s| s.saturating_sub(self.yielded))
+    }
+}
+
 /// One iterator's epoch as last read.
 #[derive(Debug, Clone, Copy)]
 struct Epoch {

@@ -186,7 +186,7 @@ fn near_end_reads(before: Count, now: Count, end: Option<u64>) -> u32 {
     if end.is_some_and(|e| (e as f64) < PACED_EPOCH * per_period) {
         return COUNTS_NEAR_END;
     }
-    let ahead = now.sent.map_or(0, |s| s.saturating_sub(now.yielded)).max(1) as f64;
+    let ahead = now.in_flight().max(1) as f64;
     let reads = (READS_PER_DRAIN * per_period / ahead).ceil();
     reads.clamp(1.0, f64::from(COUNTS_NEAR_END)) as u32
 }
@@ -252,7 +252,7 @@ fn reach(
     if n.sent.is_some() && n.sent == ran_out {
         return Reach::Settled;
     }
-    let ahead = n.sent.map_or(0, |s| s.saturating_sub(n.yielded));
+    let ahead = n.in_flight();
     let margin = 3 * (n.yielded - b.yielded) + ahead + 2;
     match end {
         Some(end) if n.yielded.saturating_add(margin) < end => Reach::Far,
