@@ -24,7 +24,7 @@ use tracing::debug;
 use super::count::{Count, EpochTotal};
 use super::frames::{Frames, SharedNames, Stack};
 use super::gil::Wait;
-use super::pace::{Jitter, Schedule, COUNTS_PER_TICK};
+use super::pace::{Jitter, LossWait, Schedule, COUNTS_PER_TICK};
 use super::recorder::Recorder;
 pub use super::recorder::{Recorded, StageStack};
 use super::spans::{Role, Seen};
@@ -283,15 +283,6 @@ const REREADS: usize = 2;
 const LOOP_READS_PER_PERIOD: u32 = COUNTS_PER_TICK;
 /// Between two full reads of the loader's state.
 const STATE_EVERY: Duration = Duration::from_millis(500);
-/// Between two looks for the next iterator while the last one is lost
-/// (doubled each look after `LOOKS_BEFORE_BACKOFF`).
-const STATE_AFTER_LOSS: Duration = Duration::from_millis(100);
-/// Reads while the iterator is lost before the looks back off: half a
-/// second of them. Backed off from the first, a loader made anew every 8
-/// batches (each epoch's iterator often not yet made at the first look)
-/// lost 14% of its batches on average over 4 runs, against 6% (old and
-/// new binaries taking turns).
-const LOOKS_BEFORE_BACKOFF: u32 = 5;
 /// Between two full reads while the loop is in another loader's calls.
 const STATE_ELSEWHERE: Duration = Duration::from_secs(2);
 
@@ -302,10 +293,8 @@ impl Run {
         self.last_loop_ns = last_stacks;
         let mut last_state: Option<Instant> = None;
         let mut lost = false;
-        // Reads made since the iterator was lost, and the wait between two
-        // looks while it stays lost.
-        let mut reads_lost = 0u32;
-        let mut after_loss = STATE_AFTER_LOSS;
+        // The wait between two looks while the iterator stays lost.
+        let mut loss = LossWait::default();
         let mut renewed = false;
         // Count reads per period (1, `COUNTS_PER_TICK` or more: `pace`) and
         // the periods between two ticks: 1, or `SLOWED` once the cost meter
@@ -324,8 +313,8 @@ impl Run {
             // soon as the loop is seen in the next one's calls (a hint,
             // below: a read by name), else by a look through the frames
             // (hundreds of reads, ~770 for one that finds nothing) every
-            // STATE_AFTER_LOSS, and after LOOKS_BEFORE_BACKOFF of them at
-            // twice the wait each time up to STATE_EVERY: a job long
+            // 100 ms, and after half a second of them at twice the wait
+            // each time up to STATE_EVERY (`LossWait`): a job long
             // between two epochs (a checkpoint, an evaluation without a
             // DataLoader) was looked through every 100 ms.
             let due = |every| last_state.is_none_or(|t| now.duration_since(t) >= every);
@@ -349,16 +338,13 @@ impl Run {
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
                 } else if lost {
-                    due(after_loss)
+                    due(loss.wait())
                 } else {
                     due(STATE_EVERY)
                 };
             let state = if read {
                 if lost {
-                    reads_lost += 1;
-                    if reads_lost >= LOOKS_BEFORE_BACKOFF {
-                        after_loss = (after_loss * 2).min(STATE_EVERY);
-                    }
+                    loss.read(STATE_EVERY);
                 }
                 last_state = Some(now);
                 self.reader.state()
@@ -384,8 +370,7 @@ impl Run {
             };
             lost = count.is_none();
             if !lost {
-                reads_lost = 0;
-                after_loss = STATE_AFTER_LOSS;
+                loss = LossWait::default();
             }
             // A new iterator (an epoch's, without persistent workers)
             // starts new workers: the next read finds them, rather than
