@@ -159,14 +159,7 @@ fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
     let out = tempdir("run-torch-and-tf");
     let (py, script) = (torch_python(), workload(TORCH_AND_TF.script));
     // The job runs on past the window: its lines then cover it.
-    let mut args = vec![
-        "run",
-        "--duration",
-        "4",
-        BUDGET[0],
-        BUDGET[1],
-        "-o",
-        out.to_str().expect("utf-8"),
+    let mut job = vec![
         "--",
         py.to_str().expect("utf-8"),
         &script,
@@ -175,8 +168,8 @@ fn a_pytorch_job_that_loaded_tensorflow_under_run_records_its_dataloader() {
         "--seconds",
         "12",
     ];
-    args.extend_from_slice(TORCH_AND_TF.args);
-    recorded_agrees(&out, &args, |o, _| stdout_lines(o));
+    job.extend_from_slice(TORCH_AND_TF.args);
+    recorded_agrees(&out, &["run"], &job, |o, _| stdout_lines(o));
 }
 
 /// The same job attached while it starts: TensorFlow imported, torch not
@@ -197,17 +190,7 @@ fn a_pytorch_job_that_loaded_tensorflow_attached_while_starting_records_its_data
     );
     let out = tempdir("torch-and-tf-starting");
     let pid = w.pid.to_string();
-    let args = [
-        "--pid",
-        &pid,
-        "--duration",
-        "4",
-        BUDGET[0],
-        BUDGET[1],
-        "-o",
-        out.to_str().expect("utf-8"),
-    ];
-    recorded_agrees(&out, &args, |_, t1| lines_past(&w, t1));
+    recorded_agrees(&out, &["--pid", &pid], &[], |_, t1| lines_past(&w, t1));
 }
 
 /// torch_and_tf.py's own options in the two cases that start it
@@ -218,15 +201,27 @@ const TORCH_AND_TF: Case = Case {
     seconds: 4.0,
 };
 
-/// Runs the probe with `args` (a 4 s recording into `out`), which must
-/// exit 0, and compares the recording with the loop's own counts; `lines`:
-/// the job's lines once they cover an instant, given the probe's output.
+/// Runs the probe with `head`, the case's window and budget and `out`,
+/// then `tail`, which must exit 0, and compares the recording with the
+/// loop's own counts; `lines`: the job's lines once they cover an
+/// instant, given the probe's output.
 fn recorded_agrees(
     out: &std::path::Path,
-    args: &[&str],
+    head: &[&str],
+    tail: &[&str],
     lines: impl FnOnce(&std::process::Output, i64) -> Vec<String>,
 ) {
-    let o = run_probe(args);
+    let seconds = TORCH_AND_TF.seconds.to_string();
+    let window = [
+        "--duration",
+        &seconds,
+        BUDGET[0],
+        BUDGET[1],
+        "-o",
+        out.to_str().expect("utf-8"),
+    ];
+    let args: Vec<&str> = [head, &window, tail].concat();
+    let o = run_probe(&args);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
