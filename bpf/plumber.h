@@ -277,7 +277,7 @@ enum pp_tree_drop {
  * return to user space, so the time a woken waiter waits for a core counts
  * too. */
 struct pp_futex_wait {
-	__u64 since;		/* CLOCK_MONOTONIC ns at the entry */
+	__u64 since;		/* CLOCK_MONOTONIC ns at the entry; 0: in no wait */
 	__u64 uaddr;		/* the futex word */
 };
 

@@ -197,7 +197,15 @@ impl FutexWaits {
             .waits
             .lookup(&(tid as u32).to_ne_bytes(), MapFlags::ANY)
             .map_err(|e| BpfError::Map("futex_waits", e))?;
-        Ok(v.and_then(|v| Some(u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?))))
+        // A thread keeps its entry between waits, its start time 0 then.
+        let word = |v: &[u8], at: std::ops::Range<usize>| {
+            Some(u64::from_ne_bytes(v.get(at)?.try_into().ok()?))
+        };
+        Ok(v.and_then(|v| {
+            word(&v, 0..8)
+                .filter(|&since| since != 0)
+                .and(word(&v, 8..16))
+        }))
     }
 
     /// Whether process `pid`'s waits are recorded.

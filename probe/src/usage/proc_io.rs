@@ -527,8 +527,9 @@ mod tests {
     }
 
     /// This process's threads, followed: one blocked on a channel is in a
-    /// futex wait on the channel's word until it is woken and has run,
-    /// one asleep is in none, and a thread that ended leaves nothing.
+    /// futex wait on the channel's word until it is woken and has run
+    /// (then in none while it runs on), one asleep is in none, and a
+    /// thread that ended leaves nothing.
     /// Needs root.
     #[test]
     fn a_thread_in_a_futex_wait_is_recorded_until_it_returns() {
@@ -542,9 +543,12 @@ mod tests {
         let tid_of = || nix::unistd::gettid().as_raw();
         let (tx, rx) = std::sync::mpsc::channel::<i32>();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (woke_tx, woke_rx) = std::sync::mpsc::channel::<()>();
         let blocked = std::thread::spawn(move || {
             let _ = tx.send(tid_of());
             let _ = go_rx.recv();
+            let _ = woke_tx.send(());
+            std::thread::sleep(std::time::Duration::from_millis(300));
         });
         let (tx2, rx2) = std::sync::mpsc::channel::<i32>();
         let sleeper = std::thread::spawn(move || {
@@ -556,6 +560,9 @@ mod tests {
         assert!(waits.word(tid).expect("read").is_some_and(|w| w != 0));
         assert_eq!(waits.word(asleep).expect("read"), None);
         drop(go_tx);
+        woke_rx.recv().expect("woken");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(waits.word(tid).expect("read"), None);
         let _ = blocked.join();
         let _ = sleeper.join();
         assert_eq!(waits.word(tid).expect("read"), None);
