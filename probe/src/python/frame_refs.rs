@@ -29,13 +29,14 @@ use super::objects::{
     user_addr, ObjError, Objects, TypeInfo, TPFLAGS_DICT_SUBCLASS, TPFLAGS_HEAPTYPE,
 };
 use super::offsets::NONE;
+use crate::mem::word_at;
 
 /// 3.12+: the eval loop's own entry frame (`FRAME_OWNED_BY_CSTACK`).
 const OWNED_BY_CSTACK: u8 = 3;
 /// `enumerate`'s iterator (`en_sit`).
 const ENUM_SIT: u64 = 24;
 /// Most slots of a frame read.
-const MAX_SLOTS: u64 = 1 << 16;
+pub(super) const MAX_SLOTS: u64 = 1 << 16;
 /// Most items of a dict a frame holds looked through: a state dict holds
 /// a few; a big one (a cache, a vocabulary) would cost a read per item.
 const MAX_DICT_ITEMS: u64 = 64;
@@ -219,6 +220,16 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
     }
 }
 
+/// A frame whose slots are looked through, and how.
+#[derive(Clone, Copy)]
+struct FramePass<'a> {
+    thread_id: u64,
+    slots: &'a Slots,
+    /// Its index among the frames read so far.
+    k: usize,
+    slots_first: bool,
+}
+
 /// A frame's slots: its locals (cells, free variables) then its stack.
 struct Slots {
     code: u64,
@@ -282,15 +293,6 @@ impl Objects {
         derived: bool,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
-        let mut frames = Vec::new();
-        for (ts, frame) in self.thread_frames()? {
-            let thread_id = self.mem.u64(ts + u64::from(self.off.ts_thread_id))?;
-            for f in self.frames_from(frame)? {
-                if let Some(slots) = self.slots(f)? {
-                    frames.push((thread_id, slots));
-                }
-            }
-        }
         let mut look = Look {
             type_names,
             derived,
@@ -301,52 +303,30 @@ impl Objects {
             opened: HashSet::new(),
             types: Types::new(),
         };
+        // Each frame is looked through as soon as it is read: a look that
+        // ends early (a loop waiting for a batch holds its iterator as
+        // `self` of `_try_get_data`, six frames in) reads none of the
+        // frames outside.
+        let mut frames = Vec::new();
         // Each instance of a class or dict a slot holds, for the attribute
         // pass: (frame, slot, object, what of it).
         let mut instances = Vec::new();
-        for (k, (thread_id, slots)) in frames.iter().enumerate() {
-            for (i, &w) in slots.words.iter().enumerate() {
-                let Some((obj, t, name, inside)) = self.slot_object(w, &mut look.types) else {
-                    continue;
-                };
-                let at = Where {
-                    thread_id: *thread_id,
-                    slots,
-                    i,
-                    key: None,
-                    global: None,
-                };
-                if look.wants(self, &t, &name) && look.found(self, obj, name, &at) {
-                    return Ok(look.out);
+        for (ts, frame) in self.thread_frames()? {
+            let thread_id = self.mem.u64(ts + u64::from(self.off.ts_thread_id))?;
+            for f in self.frames_from(frame)? {
+                if let Some(slots) = self.slots(f)? {
+                    frames.push((thread_id, slots));
+                    let k = frames.len() - 1;
+                    let pass = FramePass {
+                        thread_id,
+                        slots: &frames[k].1,
+                        k,
+                        slots_first,
+                    };
+                    if self.look_at_frame(&mut look, pass, &mut instances) {
+                        return Ok(look.out);
+                    }
                 }
-                if inside == Inside::Nothing {
-                    continue;
-                }
-                if slots_first {
-                    instances.push((k, i, obj, inside));
-                } else if self.look_inside(&mut look, &at, obj, inside) {
-                    return Ok(look.out);
-                }
-            }
-            // A module's globals: after every frame's slots when those
-            // come first, as an instance's attributes do.
-            let ns = slots.namespace;
-            if ns == 0 || !self.is_dict(ns, &mut look.types) {
-                continue;
-            }
-            if slots_first {
-                instances.push((k, 0, ns, Inside::Namespace));
-                continue;
-            }
-            let at = Where {
-                thread_id: *thread_id,
-                slots,
-                i: 0,
-                key: None,
-                global: None,
-            };
-            if self.look_inside(&mut look, &at, ns, Inside::Namespace) {
-                return Ok(look.out);
             }
         }
         for (k, i, obj, inside) in instances {
@@ -363,6 +343,70 @@ impl Objects {
             }
         }
         Ok(look.out)
+    }
+
+    /// One frame's slots, then its namespace; the instances and dicts
+    /// among them go to `instances` when `slots_first` (every frame's
+    /// slots before any attribute), else are looked through at once.
+    /// Whether what was found is enough.
+    fn look_at_frame<F: Fn(&Found) -> bool>(
+        &self,
+        look: &mut Look<'_, F>,
+        pass: FramePass<'_>,
+        instances: &mut Vec<(usize, usize, u64, Inside)>,
+    ) -> bool {
+        let FramePass {
+            thread_id,
+            slots,
+            k,
+            slots_first,
+        } = pass;
+        // The slots' headers in one read (a call each cost more than the
+        // rest of a look).
+        let live = self.live_types(&slots.words);
+        for (i, (&w, ty)) in slots.words.iter().zip(live).enumerate() {
+            let Some((obj, t, name, inside)) =
+                ty.and_then(|ty| self.slot_object(w, ty, &mut look.types))
+            else {
+                continue;
+            };
+            let at = Where {
+                thread_id,
+                slots,
+                i,
+                key: None,
+                global: None,
+            };
+            if look.wants(self, &t, &name) && look.found(self, obj, name, &at) {
+                return true;
+            }
+            if inside == Inside::Nothing {
+                continue;
+            }
+            if slots_first {
+                instances.push((k, i, obj, inside));
+            } else if self.look_inside(look, &at, obj, inside) {
+                return true;
+            }
+        }
+        // A module's globals: after every frame's slots when those come
+        // first, as an instance's attributes do.
+        let ns = slots.namespace;
+        if ns == 0 || !self.is_dict(ns, &mut look.types) {
+            return false;
+        }
+        if slots_first {
+            instances.push((k, 0, ns, Inside::Namespace));
+            return false;
+        }
+        let at = Where {
+            thread_id,
+            slots,
+            i: 0,
+            key: None,
+            global: None,
+        };
+        self.look_inside(look, &at, ns, Inside::Namespace)
     }
 
     /// Looks through the attributes or items of `obj`, held at `at`;
@@ -459,9 +503,15 @@ impl Objects {
     /// iterator for `enumerate(...)`), its type name and what of it is
     /// looked through: a dict's items (a dict subclass's too), an
     /// instance of a class's attributes.
-    fn slot_object(&self, w: u64, types: &mut Types) -> Option<(u64, TypeInfo, String, Inside)> {
+    /// `ty`: the live type in the slot's object's header, read already.
+    fn slot_object(
+        &self,
+        w: u64,
+        ty: u64,
+        types: &mut Types,
+    ) -> Option<(u64, TypeInfo, String, Inside)> {
         let mut obj = w;
-        let (mut t, mut name) = self.type_named(obj, types)?;
+        let (mut t, mut name) = self.type_named_as(obj, ty, types)?;
         for _ in 0..2 {
             let inner = match name.as_str() {
                 "cell" => self.lay.cell_ref,
@@ -577,53 +627,49 @@ impl Objects {
     /// None for a frame without a code object (3.13's shim frames).
     fn slots(&self, f: u64) -> Result<Option<Slots>, ObjError> {
         let l = &self.lay;
-        let code = self.mem.u64(f + u64::from(self.off.f_code))?;
-        if !user_addr(code) || self.mem.u64(code + l.ob_type)? != self.py.code_type {
-            return Ok(None);
-        }
-        let int = |at: u64| -> Result<i64, ObjError> {
-            let mut b = [0u8; 4];
-            self.mem.read(at, &mut b)?;
-            Ok(i64::from(i32::from_ne_bytes(b)))
+        // The frame's fields, in one read.
+        let f_code = u64::from(self.off.f_code);
+        let fields = [
+            Some(f_code),
+            Some(l.f_stacktop),
+            Some(l.f_namespace),
+            l.f_valuestack,
+        ];
+        let lo = fields.iter().flatten().min().copied().unwrap_or(0);
+        let hi = fields.iter().flatten().max().copied().unwrap_or(0) + 8;
+        let mut b = vec![0u8; (hi - lo) as usize];
+        self.mem.read(f + lo, &mut b)?;
+        let word = |at: u64| word_at(&b, (at - lo) as usize);
+        let int = |at: u64| {
+            let at = (at - lo) as usize;
+            let w = b.get(at..at + 4).and_then(|w| w.try_into().ok());
+            w.map_or(-1, |w| i64::from(i32::from_ne_bytes(w)))
         };
-        let nlocals = int(code + l.co_nlocals)?;
-        let stacksize = int(code + l.co_stacksize)?;
-        let names = self.mem.u64(code + l.co_varnames)?;
-        let named = self.items(names)?.len() as i64;
-        if nlocals < 0 || named != nlocals || !(0..MAX_SLOTS as i64).contains(&stacksize) {
-            return Err(self.layout_err(format!(
-                "code {code:#x}: {nlocals} locals, {named} names, stack {stacksize}"
-            )));
-        }
-        let (nlocals, stacksize) = (nlocals as u64, stacksize as u64);
+        let Some(shape) = self.code_shape(word(f_code))? else {
+            return Ok(None);
+        };
+        let code = word(f_code);
+        let (nlocals, stacksize) = (shape.nlocals as u64, shape.stacksize as u64);
         let base = f + l.f_locals;
         let (nslots, stack) = match l.f_valuestack {
             Some(vs) => {
-                let extra = match (l.co_cellvars, l.co_freevars) {
-                    (Some(c), Some(fr)) => {
-                        let cells = self.items(self.mem.u64(code + c)?)?.len() as u64;
-                        let frees = self.items(self.mem.u64(code + fr)?)?.len() as u64;
-                        cells + frees
-                    }
-                    _ => 0,
-                };
-                let valuestack = self.mem.u64(f + vs)?;
-                let nslots = nlocals + extra;
+                let valuestack = word(vs);
+                let nslots = nlocals + shape.extra;
                 if valuestack != base + 8 * nslots {
                     return Err(
                         self.layout_err(format!("frame {f:#x}: value stack not after locals"))
                     );
                 }
                 let depth = if l.minor == 9 {
-                    let top = self.mem.u64(f + l.f_stacktop)?;
+                    let top = word(l.f_stacktop);
                     (top != 0).then(|| top.wrapping_sub(valuestack) / 8)
                 } else {
-                    u64::try_from(int(f + l.f_stacktop)?).ok()
+                    u64::try_from(int(l.f_stacktop)).ok()
                 };
                 (nslots, depth)
             }
             None => {
-                let top = int(f + l.f_stacktop)?;
+                let top = int(l.f_stacktop);
                 let depth = u64::try_from(top).ok().map(|t| t.wrapping_sub(nlocals));
                 (nlocals, depth)
             }
@@ -636,7 +682,7 @@ impl Objects {
             None => stacksize,
         };
         let words = self.words(base, nslots + depth)?;
-        let namespace = self.mem.u64(f + l.f_namespace)?;
+        let namespace = word(l.f_namespace);
         Ok(Some(Slots {
             code,
             words,

@@ -15,6 +15,7 @@ mod code;
 mod dict;
 mod find;
 mod frame_refs;
+mod known;
 mod lines;
 mod object_layout;
 mod objects;

@@ -9,8 +9,11 @@
 //! to be one (its type's type is a type), and every dict's key table to
 //! fit its layout, so a wrong layout gives an error, never a wrong value.
 
+use std::cell::RefCell;
+
 use super::code::read_string;
 use super::dict;
+use super::known::Known;
 use super::object_layout::{self, Layout};
 use super::offsets::{Offsets, DEBUG_COOKIE, DEBUG_OFFSETS_LEN};
 use super::PyProcess;
@@ -141,6 +144,9 @@ pub struct Objects {
     pub(super) off: Offsets,
     pub(super) py: PyProcess,
     pub(super) str_type: u64,
+    /// What reads learnt once and keep using (`known.rs`): C types and
+    /// their names (never freed), the shapes of code objects.
+    pub(super) known: RefCell<Known>,
 }
 
 impl Objects {
@@ -169,6 +175,7 @@ impl Objects {
             off: py.offsets,
             py: py.clone(),
             str_type: 0,
+            known: RefCell::default(),
         };
         o.validate()?;
         Ok(o)
@@ -243,6 +250,9 @@ impl Objects {
             .live_type(obj)?
             .filter(|&ty| user_addr(ty) && ty.is_multiple_of(8))
             .ok_or(ObjError::NotObject(obj))?;
+        if let Some(t) = self.kept_type(ty) {
+            return Ok(t);
+        }
         let meta = self
             .mem
             .u64(ty + self.lay.ob_type)
@@ -257,7 +267,9 @@ impl Objects {
         if !user_addr(meta) || meta_flags & TPFLAGS_TYPE_SUBCLASS == 0 {
             return Err(ObjError::NotObject(obj));
         }
-        self.type_info(ty)
+        let t = self.type_info(ty)?;
+        self.keep_type(&t);
+        Ok(t)
     }
 
     /// The name of the object's type (`tp_name`: `int`, `list`, a class's
@@ -269,7 +281,12 @@ impl Objects {
     /// The object's type and its name, read together.
     pub fn named_type(&self, obj: u64) -> Result<(TypeInfo, String), ObjError> {
         let t = self.type_of(obj)?;
-        Ok((t, self.c_string(t.name_ptr)?))
+        if let Some(name) = self.kept_name(t.addr) {
+            return Ok((t, name));
+        }
+        let name = self.c_string(t.name_ptr)?;
+        self.keep_name(&t, &name);
+        Ok((t, name))
     }
 
     /// A NUL-terminated printable name, read in page-sized pieces.
