@@ -87,7 +87,7 @@ pub(super) fn user_addr(a: u64) -> bool {
 
 /// An attribute: its key's and value's addresses, where it was found and
 /// the address of the pointer to its value.
-type Entry = (u64, u64, Storage, u64);
+pub(super) type Entry = (u64, u64, Storage, u64);
 
 /// Where an attribute's value pointer is, with the key object when that is
 /// in the word before it (a combined table's entry).
@@ -396,7 +396,15 @@ impl Objects {
 
     /// As [`Objects::attr`], with where the attribute was found.
     pub fn attr_in(&self, obj: u64, name: &str) -> Result<Option<(u64, Storage)>, ObjError> {
-        for (key, value, storage, _) in self.attr_entries(obj)? {
+        let entries = self.attr_entries(obj)?;
+        // Every key's first bytes in one call, not a call per key before
+        // the one wanted.
+        if let Some(found) = self.key_among(&entries, name) {
+            return Ok(found
+                .and_then(|i| entries.get(i))
+                .map(|&(_, v, storage, _)| (v, storage)));
+        }
+        for (key, value, storage, _) in entries {
             if self.key_is(key, name)? {
                 return Ok(Some((value, storage)));
             }

@@ -6,7 +6,7 @@
 
 use super::code::read_string;
 use super::objects::{
-    digit_count, long_value, user_addr, LongError, ObjError, Objects, Slot, Storage,
+    digit_count, long_value, user_addr, Entry, LongError, ObjError, Objects, Slot, Storage,
 };
 use crate::mem::word_at;
 
@@ -133,16 +133,10 @@ impl Objects {
         let entries = self.attr_entries(obj)?;
         let ascii = self.off.ascii_size as usize;
         let len = ascii + names.iter().map(|n| n.len()).max().unwrap_or(0);
-        let mut bufs = vec![vec![0u8; len]; entries.len()];
-        let mut parts: Vec<(u64, &mut [u8])> = entries
-            .iter()
-            .zip(bufs.iter_mut())
-            .map(|(e, b)| (e.0, b.as_mut_slice()))
-            .collect();
-        if self.mem.read_many(&mut parts) != entries.len() {
+        let Some(bufs) = self.keys_read(&entries, len) else {
             // A short key near the end of its mapping: one at a time.
             return names.iter().map(|n| self.attr_slot(obj, n)).collect();
-        }
+        };
         let mut out = vec![None; names.len()];
         for ((key, _, storage, slot), b) in entries.iter().zip(&bufs) {
             let Some(i) = names.iter().position(|n| self.key_bytes_are(b, n)) else {
@@ -170,6 +164,26 @@ impl Objects {
         let state = u32::from_ne_bytes([b[32], b[33], b[34], b[35]]);
         let (kind, compact, is_ascii) = ((state >> 2) & 7, (state >> 5) & 1, (state >> 6) & 1);
         kind == 1 && compact == 1 && is_ascii == 1 && text == name.as_bytes()
+    }
+
+    /// Which of `entries` has the key `name` (Some(None): none), every
+    /// key's first bytes read in one call; None when that call fell short
+    /// (a short key near the end of its mapping: then one at a time).
+    pub(super) fn key_among(&self, entries: &[Entry], name: &str) -> Option<Option<usize>> {
+        let bufs = self.keys_read(entries, self.off.ascii_size as usize + name.len())?;
+        Some(bufs.iter().position(|b| self.key_bytes_are(b, name)))
+    }
+
+    /// The first `len` bytes of each entry's key, in one call; None when
+    /// it fell short.
+    fn keys_read(&self, entries: &[Entry], len: usize) -> Option<Vec<Vec<u8>>> {
+        let mut bufs = vec![vec![0u8; len]; entries.len()];
+        let mut parts: Vec<(u64, &mut [u8])> = entries
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(e, b)| (e.0, b.as_mut_slice()))
+            .collect();
+        (self.mem.read_many(&mut parts) == entries.len()).then_some(bufs)
     }
 
     /// Whether `key` is the str `name` (ASCII compact strings; others
