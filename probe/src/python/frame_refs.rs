@@ -293,6 +293,16 @@ impl Objects {
         derived: bool,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
+        self.in_one_look(|| self.look_through_frames_once(type_names, slots_first, derived, enough))
+    }
+
+    fn look_through_frames_once(
+        &self,
+        type_names: &[&str],
+        slots_first: bool,
+        derived: bool,
+        enough: impl Fn(&Found) -> bool,
+    ) -> Result<Vec<Found>, ObjError> {
         let mut look = Look {
             type_names,
             derived,

@@ -16,6 +16,18 @@ pub(super) struct Known {
     c_types: HashMap<u64, TypeInfo>,
     c_names: HashMap<u64, String>,
     codes: HashMap<u64, CodeShape>,
+    /// Within one look (`Objects::in_one_look`): the heap types met and
+    /// their shared key tables. A class can be freed and another made at
+    /// its address, so they are not kept past the look; within it, its
+    /// instances' attributes (a trainer's, a frame's locals') cost a read
+    /// each instead of ten.
+    look: Option<LookTypes>,
+}
+
+#[derive(Default)]
+struct LookTypes {
+    types: HashMap<u64, TypeInfo>,
+    keys: HashMap<u64, u64>,
 }
 
 /// Entries a table holds before it is emptied: a job's code objects and
@@ -102,19 +114,54 @@ impl Objects {
         Ok(Some(shape))
     }
 
-    /// The C type at `ty` as read before: it is static, never freed.
-    pub(super) fn kept_type(&self, ty: u64) -> Option<TypeInfo> {
-        self.known.borrow().c_types.get(&ty).copied()
+    /// Runs `f` as one look: the heap types it meets are kept until it
+    /// returns (a look inside another is part of it).
+    pub fn in_one_look<R>(&self, f: impl FnOnce() -> R) -> R {
+        let outer = self.known.borrow().look.is_some();
+        if !outer {
+            self.known.borrow_mut().look = Some(LookTypes::default());
+        }
+        let out = f();
+        if !outer {
+            self.known.borrow_mut().look = None;
+        }
+        out
     }
 
-    /// Keeps `t` if it is a C type.
+    /// The type at `ty` as read before: a C type (static, never freed),
+    /// or a heap type within this look.
+    pub(super) fn kept_type(&self, ty: u64) -> Option<TypeInfo> {
+        let known = self.known.borrow();
+        let look = known.look.as_ref().and_then(|l| l.types.get(&ty));
+        known.c_types.get(&ty).or(look).copied()
+    }
+
+    /// Keeps `t`: a C type's for good, a heap type's within this look.
     pub(super) fn keep_type(&self, t: &TypeInfo) {
-        if t.flags & TPFLAGS_HEAPTYPE == 0 {
-            let mut known = self.known.borrow_mut();
-            if known.c_types.len() >= MOST {
-                known.c_types.clear();
+        let mut known = self.known.borrow_mut();
+        if t.flags & TPFLAGS_HEAPTYPE != 0 {
+            if let Some(l) = known.look.as_mut() {
+                l.types.insert(t.addr, *t);
             }
-            known.c_types.insert(t.addr, *t);
+            return;
+        }
+        if known.c_types.len() >= MOST {
+            known.c_types.clear();
+        }
+        known.c_types.insert(t.addr, *t);
+    }
+
+    /// The shared key table of the heap type at `ty` as read within this
+    /// look.
+    pub(super) fn kept_keys(&self, ty: u64) -> Option<u64> {
+        let known = self.known.borrow();
+        known.look.as_ref().and_then(|l| l.keys.get(&ty)).copied()
+    }
+
+    /// Keeps `keys` as the heap type `ty`'s within this look.
+    pub(super) fn keep_keys(&self, ty: u64, keys: u64) {
+        if let Some(l) = self.known.borrow_mut().look.as_mut() {
+            l.keys.insert(ty, keys);
         }
     }
 

@@ -564,6 +564,9 @@ impl Objects {
         if t.flags & TPFLAGS_HEAPTYPE == 0 {
             return Err(self.layout_err("values of an instance of a static type"));
         }
+        if let Some(keys) = self.kept_keys(t.addr) {
+            return Ok(keys);
+        }
         let name = self.c_string(t.name_ptr)?;
         let ht_name = self.mem.u64(t.addr + self.lay.ht_name)?;
         let short = name.rsplit('.').next().unwrap_or(&name);
@@ -574,6 +577,7 @@ impl Objects {
         if !user_addr(keys) {
             return Err(self.layout_err(format!("{name} has values but no shared keys")));
         }
+        self.keep_keys(t.addr, keys);
         Ok(keys)
     }
 

@@ -468,17 +468,25 @@ impl LoaderReader for IterReader {
         } else if looked {
             let followed = self.owners.dataset();
             let stale = alive.then_some(self.iter);
-            let mut found = locate(&self.objs, stale, followed);
+            // A freed dataset (one read of its header) has no iterator
+            // left to look for: a job that makes a loader anew each epoch
+            // is followed to the next one in one look, not two.
+            let freed = followed.is_some() && self.owners.dataset_freed(&self.objs);
+            let mut found = match freed {
+                true => None,
+                false => locate(&self.objs, stale, followed),
+            };
             // Nothing of the followed loader but what was known: it is
             // gone if its dataset was freed, or if no frame holds it (a
             // validation pass's frames still hold the training loader).
             let nothing_new = found.as_ref().is_none_or(|l| Some(l.iter) == stale);
             if nothing_new
-                && followed.is_some_and(|d| {
-                    self.owners.dataset_freed(&self.objs) || !owner::held(&self.objs, d, ITER_TYPES)
-                })
+                && followed.is_some_and(|d| freed || !owner::held(&self.objs, d, ITER_TYPES))
             {
-                debug!("the DataLoader followed is gone: following the one running now");
+                debug!(
+                    freed,
+                    "the DataLoader followed is gone: following the one running now"
+                );
                 self.owners.forget();
                 self.replaced += 1;
                 found = locate(&self.objs, None, None);
@@ -555,6 +563,16 @@ impl IterReader {
     /// The settings and workers of the iterator, its attributes looked
     /// up by name in one pass.
     fn read_state(&mut self) -> Option<LoaderState> {
+        // One look: the workers' classes are read once for all of them.
+        let (state, dataset) = self.objs.in_one_look(|| self.read_settings())?;
+        if let Some(d) = dataset {
+            self.owners.follow(&self.objs, d);
+        }
+        Some(state)
+    }
+
+    /// The state `read_state` returns, and the dataset object.
+    fn read_settings(&self) -> Option<(LoaderState, Option<u64>)> {
         const NAMES: [&str; 8] = [
             "_num_workers",
             "_prefetch_factor",
@@ -591,9 +609,6 @@ impl IterReader {
             map_style: int(6) == Some(0),
             replaced: self.replaced,
         };
-        if let Some(d) = dataset {
-            self.owners.follow(&self.objs, d);
-        }
-        Some(state)
+        Some((state, dataset))
     }
 }
