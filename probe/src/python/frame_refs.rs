@@ -655,10 +655,10 @@ impl Objects {
             let w = b.get(at..at + 4).and_then(|w| w.try_into().ok());
             w.map_or(-1, |w| i64::from(i32::from_ne_bytes(w)))
         };
-        let Some(shape) = self.code_shape(word(f_code))? else {
+        let code = word(f_code);
+        let Some(shape) = self.code_shape(code)? else {
             return Ok(None);
         };
-        let code = word(f_code);
         let (nlocals, stacksize) = (shape.nlocals as u64, shape.stacksize as u64);
         let base = f + l.f_locals;
         let (nslots, stack) = match l.f_valuestack {

@@ -1,9 +1,10 @@
-//! What reading objects learns once and keeps across looks: C types and
-//! their names (static, never freed) and the shapes of code objects. A look
-//! through the frames (`frame_refs`) reads every frame's slots and every
-//! slot's type; without these a frame cost fourteen reads and each type
-//! five, every look again (a DataLoader made anew each epoch is looked for
-//! each epoch: ~500 reads a look on a loop waiting in the queue).
+//! What reading objects learns once and keeps: C types and their names
+//! (static, never freed) and the shapes of code objects for good, heap
+//! types and their shared key tables within one look. A look through the
+//! frames (`frame_refs`) reads every frame's slots and every slot's type;
+//! without these a frame cost fourteen reads and each type five, every
+//! look again (a DataLoader made anew each epoch is looked for each epoch:
+//! ~500 reads a look on a loop waiting in the queue).
 
 use std::collections::HashMap;
 
@@ -117,15 +118,19 @@ impl Objects {
     /// Runs `f` as one look: the heap types it meets are kept until it
     /// returns (a look inside another is part of it).
     pub fn in_one_look<R>(&self, f: impl FnOnce() -> R) -> R {
-        let outer = self.known.borrow().look.is_some();
-        if !outer {
-            self.known.borrow_mut().look = Some(LookTypes::default());
+        /// Ends the look however `f` leaves.
+        struct Ends<'a>(&'a Objects);
+        impl Drop for Ends<'_> {
+            fn drop(&mut self) {
+                self.0.known.borrow_mut().look = None;
+            }
         }
-        let out = f();
-        if !outer {
-            self.known.borrow_mut().look = None;
+        if self.known.borrow().look.is_some() {
+            return f();
         }
-        out
+        self.known.borrow_mut().look = Some(LookTypes::default());
+        let _ends = Ends(self);
+        f()
     }
 
     /// The type at `ty` as read before: a C type (static, never freed),

@@ -472,9 +472,10 @@ impl LoaderReader for IterReader {
             // left to look for: a job that makes a loader anew each epoch
             // is followed to the next one in one look, not two.
             let freed = followed.is_some() && self.owners.dataset_freed(&self.objs);
-            let mut found = match freed {
-                true => None,
-                false => locate(&self.objs, stale, followed),
+            let mut found = if freed {
+                None
+            } else {
+                locate(&self.objs, stale, followed)
             };
             // Nothing of the followed loader but what was known: it is
             // gone if its dataset was freed, or if no frame holds it (a
