@@ -35,8 +35,6 @@ use crate::mem::word_at;
 const OWNED_BY_CSTACK: u8 = 3;
 /// `enumerate`'s iterator (`en_sit`).
 const ENUM_SIT: u64 = 24;
-/// Most slots of a frame read.
-pub(super) const MAX_SLOTS: u64 = 1 << 16;
 /// Most items of a dict a frame holds looked through: a state dict holds
 /// a few; a big one (a cache, a vocabulary) would cost a read per item.
 const MAX_DICT_ITEMS: u64 = 64;

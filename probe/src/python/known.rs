@@ -6,48 +6,12 @@
 //! look again (a DataLoader made anew each epoch is looked for each epoch:
 //! ~500 reads a look on a loop waiting in the queue).
 
-use std::collections::HashMap;
-
+use super::kept::{CodeShape, LookTypes, MOST};
 use super::objects::{user_addr, ObjError, Objects, TypeInfo, TPFLAGS_HEAPTYPE};
 use crate::mem::word_at;
 
-/// See `Objects::known`.
-#[derive(Default)]
-pub(super) struct Known {
-    c_types: HashMap<u64, TypeInfo>,
-    c_names: HashMap<u64, String>,
-    codes: HashMap<u64, CodeShape>,
-    /// Within one look (`Objects::in_one_look`): the heap types met and
-    /// their shared key tables. A class can be freed and another made at
-    /// its address, so they are not kept past the look; within it, its
-    /// instances' attributes (a trainer's, a frame's locals') cost a read
-    /// each instead of ten.
-    look: Option<LookTypes>,
-}
-
-#[derive(Default)]
-struct LookTypes {
-    types: HashMap<u64, TypeInfo>,
-    keys: HashMap<u64, u64>,
-}
-
-/// Entries a table holds before it is emptied: a job's code objects and
-/// C types are a few thousand at most.
-const MOST: usize = 4096;
-
-/// A code object's slots as a frame of it holds them, checked once: its
-/// locals against its names, and its stack's size. Kept by the code
-/// object's address with the words it was read from: another code object
-/// at a freed one's address differs in them, or is checked anew.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) struct CodeShape {
-    /// `co_varnames`, then 3.9/3.10's `co_cellvars` and `co_freevars`.
-    names: [u64; 3],
-    pub(super) nlocals: i64,
-    pub(super) stacksize: i64,
-    /// Cells and free variables after the locals (3.9/3.10).
-    pub(super) extra: u64,
-}
+/// Most slots of a frame read.
+const MAX_SLOTS: u64 = 1 << 16;
 
 impl Objects {
     /// The shape of the code object at `code`, in one read of its fields
@@ -87,10 +51,7 @@ impl Objects {
             }
         }
         let named = self.items(names[0])?.len() as i64;
-        if nlocals < 0
-            || named != nlocals
-            || !(0..super::frame_refs::MAX_SLOTS as i64).contains(&stacksize)
-        {
+        if nlocals < 0 || named != nlocals || !(0..MAX_SLOTS as i64).contains(&stacksize) {
             return Err(self.layout_err(format!(
                 "code {code:#x}: {nlocals} locals, {named} names, stack {stacksize}"
             )));

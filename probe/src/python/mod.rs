@@ -15,12 +15,14 @@ mod code;
 mod dict;
 mod find;
 mod frame_refs;
+mod kept;
 mod known;
 mod lines;
 mod object_layout;
 mod objects;
 mod offsets;
 mod slots;
+mod type_info;
 
 use std::ops::Range;
 

@@ -13,9 +13,10 @@ use std::cell::RefCell;
 
 use super::code::read_string;
 use super::dict;
-use super::known::Known;
+use super::kept::Known;
 use super::object_layout::{self, Layout};
 use super::offsets::{Offsets, DEBUG_COOKIE, DEBUG_OFFSETS_LEN};
+pub use super::type_info::TypeInfo;
 use super::PyProcess;
 use crate::mem::{word_at, MemError, Memory};
 
@@ -111,19 +112,6 @@ impl Storage {
             Storage::CombinedDict => "combined dict",
         }
     }
-}
-
-/// A type's fields that reading its instances needs.
-#[derive(Debug, Clone, Copy)]
-pub struct TypeInfo {
-    pub addr: u64,
-    pub name_ptr: u64,
-    pub basicsize: u64,
-    pub itemsize: u64,
-    pub flags: u64,
-    pub dictoffset: i64,
-    /// `tp_mro` (0 before the class is ready).
-    pub mro: u64,
 }
 
 /// Where an instance keeps its attributes.
