@@ -133,7 +133,8 @@ pub struct Objects {
     pub(super) py: PyProcess,
     pub(super) str_type: u64,
     /// What reads learnt once and keep using (`known.rs`): C types and
-    /// their names (never freed), the shapes of code objects.
+    /// their names (never freed) and the shapes of code objects for good,
+    /// heap types and their key tables within one look.
     pub(super) known: RefCell<Known>,
 }
 
