@@ -268,16 +268,16 @@ enum pp_tree_drop {
 	PP_TREE_DROP_NO_TASK_STORAGE = 1,	/* a read or an open not counted (no task storage for it) */
 	PP_TREE_DROP_RINGBUF_FULL = 2,		/* a file event lost (a read's bytes then count in pp_proc_io) */
 	PP_TREE_DROP_NO_NS_PID = 3,		/* a child with no PID in our namespace: not followed */
-	PP_TREE_DROP_FUTEX_MAP_FULL = 4,	/* a futex wait not recorded (futex_waits full) */
-	PP_TREE_DROP__COUNT = 5,
+	PP_TREE_DROP__COUNT = 4,
 };
 
-/* A followed thread inside a futex wait (procio.bpf.c's futex_waits; key:
- * its tid in plumber-probe's PID namespace): from the call's entry to its
+/* A thread inside a futex wait (procio.bpf.c's tree_waits writes one per
+ * such thread of the process it iterates): from the call's entry to its
  * return to user space, so the time a woken waiter waits for a core counts
  * too. */
 struct pp_futex_wait {
-	__u64 since;		/* CLOCK_MONOTONIC ns at the entry; 0: in no wait */
+	__u32 tid;		/* in plumber-probe's PID namespace */
+	__u32 _pad;
 	__u64 uaddr;		/* the futex word */
 };
 

@@ -19,13 +19,9 @@
  * Opens of regular files send their path, so user space can name the files
  * read (reads send the file's device and inode).
  *
- * Which waits: each followed thread inside a futex wait, while it is in
- * it (futex_waits: the wait's word, and its start, 0 between waits), for
- * the stage sampler to tell a lock or GIL wait at
- * its tick. /proc/PID/task/TID/syscall stops naming the futex as soon as
- * the waiter is woken, while the wait, as the thread lives it, lasts until
- * it runs again: on a busy machine the time between is a tenth of a lock
- * wait and more.
+ * Which waits: the threads of a process inside a futex wait, and the
+ * word each waits on, when user space asks (`tree_waits`, a task
+ * iterator), for the stage sampler to tell a lock or GIL wait at its tick.
  *
  * Attached to the file syscalls' own tracepoints: while any syscall
  * tracepoint is on, every syscall of the machine takes the kernel's
@@ -87,15 +83,6 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
-/* Followed threads' futex waits, by tid (ours): an entry lives from the
- * thread's first wait to its end; its `since` is 0 between waits. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct pp_futex_wait);
-} futex_waits SEC(".maps");
-
 /* Drained by user space at each poll (every 0.5 s): a read is 64 bytes,
  * so 8 MiB holds ~130,000 reads, a second of a job reading 4 KiB records
  * at 500 MB/s. Waking the probe more often would cost the job more. */
@@ -151,12 +138,12 @@ static __always_inline bool current_ids(__u32 *tgid, __u32 *tid)
 /* How deep below ours a child's PID namespace may be. */
 #define MAX_NS_DEPTH 8
 
-/* The tgid of a new process `t` in our namespace; 0 when it has none. */
-static __always_inline __u32 task_tgid_ours(struct task_struct *t)
+/* The id of thread `t` in our namespace (a new process's: it leads its
+ * group, its pid is its tgid); 0 when it has none. */
+static __always_inline __u32 task_pid_ours(struct task_struct *t)
 {
 	if (!pidns_ino)
-		return BPF_CORE_READ(t, tgid);
-	/* A new process leads its group: its pid is its tgid. */
+		return BPF_CORE_READ(t, pid);
 	struct pid *p = BPF_CORE_READ(t, thread_pid);
 	unsigned int level = BPF_CORE_READ(p, level);
 
@@ -354,7 +341,7 @@ int BPF_PROG(tree_fork, struct task_struct *parent, struct task_struct *child)
 		return 0;
 	if (!current_ids(&tgid, &tid) || !bpf_map_lookup_elem(&procs, &tgid))
 		return 0;
-	__u32 child_tgid = task_tgid_ours(child);
+	__u32 child_tgid = task_pid_ours(child);
 	if (!child_tgid) {
 		count_drop(PP_TREE_DROP_NO_NS_PID);
 		return 0;
@@ -366,10 +353,6 @@ int BPF_PROG(tree_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-/* A store the compiler keeps whole and in place: user space reads the
- * entry while a thread writes it. */
-#define WRITE_ONCE(x, v) (*(volatile typeof(x) *)&(x) = (v))
-
 /* futex(2) operations that sleep (the command: op without the private
  * and clock flags). */
 #define FUTEX_WAIT 0
@@ -378,76 +361,60 @@ int BPF_PROG(tree_fork, struct task_struct *parent, struct task_struct *child)
 #define FUTEX_WAIT_REQUEUE_PI 11
 #define FUTEX_LOCK_PI2 13
 #define FUTEX_CMD_MASK 0x7f
+#define NR_futex 202
+#define ENOSYS 38
 
-SEC("tracepoint/syscalls/sys_enter_futex")
-int tree_futex_enter(struct sys_enter_rec *ctx)
+static __always_inline bool futex_sleeps(__u64 op)
 {
-	__u64 uaddr = ctx->args[0], op = ctx->args[1];
-	struct pp_futex_wait v = {};
-	struct pp_futex_wait *w;
-	__u32 tgid, tid;
-
-	barrier_var(uaddr);
-	barrier_var(op);
 	switch (op & FUTEX_CMD_MASK) {
 	case FUTEX_WAIT:
 	case FUTEX_LOCK_PI:
 	case FUTEX_WAIT_BITSET:
 	case FUTEX_WAIT_REQUEUE_PI:
 	case FUTEX_LOCK_PI2:
-		break;
-	default:
-		return 0;
+		return true;
 	}
-	if (!current_ids(&tgid, &tid))
-		return 0;
-	/* A followed thread keeps its entry from its first wait to its end
-	 * (tree_thread_exit): later waits write it in place, a lookup and
-	 * two stores, where an update and a delete a wait took a bucket's
-	 * lock and a free list's each (half the in-target BPF time of a
-	 * DataLoader job's ~5,000 waits a second). The word first, then the
-	 * time: user space takes a zero time for no wait, and on x86-64 a
-	 * reader that sees this time sees this word. */
-	w = bpf_map_lookup_elem(&futex_waits, &tid);
-	if (w) {
-		WRITE_ONCE(w->uaddr, uaddr);
-		barrier();
-		WRITE_ONCE(w->since, bpf_ktime_get_ns());
-		return 0;
-	}
-	if (!bpf_map_lookup_elem(&procs, &tgid))
-		return 0;
-	v.since = bpf_ktime_get_ns();
-	v.uaddr = uaddr;
-	if (bpf_map_update_elem(&futex_waits, &tid, &v, BPF_ANY))
-		count_drop(PP_TREE_DROP_FUTEX_MAP_FULL);
-	return 0;
+	return false;
 }
 
-SEC("tracepoint/syscalls/sys_exit_futex")
-int tree_futex_exit(struct sys_exit_rec *ctx)
+/*
+ * The threads of one process inside a futex wait now, for the stage
+ * sampler's tick: user space runs it on the process it asks about (a task
+ * iterator limited to that process's threads), in its own reads, on the
+ * probe's CPU. Nothing runs in the job's futex calls (~5,000 a second on a
+ * DataLoader job with one worker, and every other process's on the
+ * machine, which two syscall tracepoint programs took ~300 and ~400 ns
+ * each on the test VM: half the in-target BPF time of that job).
+ *
+ * A thread is inside a syscall from its entry to its return: the entry
+ * saves the syscall's number in its user registers' orig_ax and sets their
+ * ax to -ENOSYS; the return writes the result to ax. So orig_ax == futex
+ * and ax == -ENOSYS: inside the call, asleep or woken and not yet run (on
+ * a busy machine a tenth of a lock wait and more, which
+ * /proc/PID/task/TID/syscall reads as "running"). A thread back in user
+ * code keeps its last entry's registers with the result in ax; an
+ * interrupt's entry saves its vector as orig_ax and the user's ax, which
+ * is -ENOSYS with a vector of 202 only by a coincidence of both.
+ */
+SEC("iter/task")
+int tree_waits(struct bpf_iter__task *ctx)
 {
-	struct pp_futex_wait *w;
-	__u32 tgid, tid;
+	struct task_struct *t = ctx->task;
+	struct pp_futex_wait w = {};
 
-	/* Most threads of the machine are not in the map: a lookup, no lock. */
-	if (current_ids(&tgid, &tid) && (w = bpf_map_lookup_elem(&futex_waits, &tid)) &&
-	    w->since)
-		WRITE_ONCE(w->since, 0);
-	return 0;
-}
-
-/* A thread ends, perhaps inside a futex wait (a process exiting kills its
- * other threads in theirs): its entry goes, as its id may come back as
- * another thread's. */
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(tree_thread_exit, struct task_struct *p)
-{
-	__u32 tgid, tid;
-
-	/* The lookup takes no lock, a delete its bucket's. */
-	if (current_ids(&tgid, &tid) && bpf_map_lookup_elem(&futex_waits, &tid))
-		bpf_map_delete_elem(&futex_waits, &tid);
+	if (!t)
+		return 0;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	if (!regs)
+		return 0;
+	if (BPF_CORE_READ(regs, orig_ax) != NR_futex ||
+	    (long)BPF_CORE_READ(regs, ax) != -ENOSYS || !futex_sleeps(BPF_CORE_READ(regs, si)))
+		return 0;
+	w.tid = task_pid_ours(t);
+	if (!w.tid)
+		return 0;
+	w.uaddr = BPF_CORE_READ(regs, di);
+	bpf_seq_write(ctx->meta->seq, &w, sizeof(w));
 	return 0;
 }
 

@@ -22,4 +22,6 @@ pub enum BpfError {
     },
     #[error("reading BPF map {0}: {1}")]
     Map(&'static str, libbpf_rs::Error),
+    #[error("running BPF iterator {0}: {1}")]
+    Iter(&'static str, std::io::Error),
 }

@@ -8,7 +8,11 @@ use std::mem::MaybeUninit;
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, OpenObject, RingBuffer};
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use libbpf_rs::{libbpf_sys, Link, MapCore, MapFlags, OpenObject, RingBuffer};
 
 use super::maps::{percpu_counters, read_map, reader};
 use super::stats::ProgRef;
@@ -21,12 +25,11 @@ mod skel {
 use skel::{ProcioSkel, ProcioSkelBuilder};
 
 /// Names of `enum pp_tree_drop`, in order.
-pub const TREE_DROP_NAMES: [&str; 5] = [
+pub const TREE_DROP_NAMES: [&str; 4] = [
     "io_process_map_full",
     "io_task_storage_failed",
     "io_ringbuf_full",
     "io_child_without_pid",
-    "futex_wait_map_full",
 ];
 
 /// Syscalls whose tracepoints the object follows (x86-64 names).
@@ -75,19 +78,6 @@ impl<'obj> ProcIoBpf<'obj> {
             source,
         })?;
         self.links.push(fork);
-        for (prog, what) in [
-            (&p.tree_thread_exit, "thread exit tracepoint"),
-            (&p.tree_futex_enter, "futex tracepoint"),
-            (&p.tree_futex_exit, "futex tracepoint"),
-        ] {
-            let l = prog.attach().map_err(|source| BpfError::Attach {
-                what,
-                lib: "kernel tracepoint".into(),
-                offset: 0,
-                source,
-            })?;
-            self.links.push(l);
-        }
         for name in SYSCALLS {
             for (prog, dir) in [(&p.tree_sys_enter, "enter"), (&p.tree_sys_exit, "exit")] {
                 let l = prog
@@ -133,13 +123,16 @@ impl<'obj> ProcIoBpf<'obj> {
         let _ = self.skel.maps.procs.delete(&(pid as u32).to_ne_bytes());
     }
 
-    /// A reader of the followed threads' futex waits, for another thread.
+    /// A reader of processes' futex waits, for another thread.
     pub fn futex_waits(&self) -> Result<FutexWaits, BpfError> {
-        let handle = |name, m| MapHandle::try_from(m).map_err(|e| BpfError::Map(name, e));
-        Ok(FutexWaits {
-            waits: handle("futex_waits", &self.skel.maps.futex_waits)?,
-            procs: handle("procs", &self.skel.maps.procs)?,
-        })
+        let prog = self
+            .skel
+            .progs
+            .tree_waits
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| BpfError::Iter("tree_waits", e))?;
+        Ok(FutexWaits { prog })
     }
 
     /// Every followed process and its counters now.
@@ -171,47 +164,107 @@ impl<'obj> ProcIoBpf<'obj> {
             .map_err(|e| BpfError::Map("tree_drops", e))
     }
 
-    /// The object's programs, for the cost meter.
+    /// The object's programs that run in the job's context, for the cost
+    /// meter: not `tree_waits`, which runs in the probe's own reads (its
+    /// CPU counts as the probe process's).
     pub fn programs(&self) -> Vec<ProgRef> {
         use libbpf_rs::skel::Skel;
-        super::stats::programs_of(self.skel.object())
+        let mut v = super::stats::programs_of(self.skel.object());
+        v.retain(|p| p.name != "tree_waits");
+        v
     }
 }
 
-/// Which threads of the followed processes are inside a futex wait now
-/// (bpf/procio.bpf.c `futex_waits`): from the call's entry to its return,
-/// so a waiter woken but not yet run still waits. Its own copies of the
-/// maps' descriptors: it is read from the stage sampler's thread.
+/// Which threads of a process are inside a futex wait now, and on which
+/// word (bpf/procio.bpf.c `tree_waits`): from the call's entry to its
+/// return, so a waiter woken but not yet run still waits. Its own copy of
+/// the program's descriptor: it is run from the stage sampler's thread.
 #[derive(Debug)]
 pub struct FutexWaits {
-    waits: MapHandle,
-    procs: MapHandle,
+    prog: OwnedFd,
 }
 
-impl FutexWaits {
-    /// The futex word thread `tid` (our namespace) sleeps on now; Ok(None)
-    /// when it is in no futex wait. Known only for the threads of a
-    /// followed process (`follows`).
-    pub fn word(&self, tid: i32) -> Result<Option<u64>, BpfError> {
-        let v = self
-            .waits
-            .lookup(&(tid as u32).to_ne_bytes(), MapFlags::ANY)
-            .map_err(|e| BpfError::Map("futex_waits", e))?;
-        // A thread keeps its entry between waits, its start time 0 then.
-        let word = |v: &[u8], at: std::ops::Range<usize>| {
-            Some(u64::from_ne_bytes(v.get(at)?.try_into().ok()?))
-        };
-        Ok(v.and_then(|v| {
-            word(&v, 0..8)
-                .filter(|&since| since != 0)
-                .and(word(&v, 8..16))
-        }))
-    }
+/// `struct pp_futex_wait`'s size (bpf/plumber.h).
+const FUTEX_WAIT_SIZE: usize = 16;
 
-    /// Whether process `pid`'s waits are recorded.
-    pub fn follows(&self, pid: i32) -> bool {
-        in_procs(&self.procs, pid)
+impl FutexWaits {
+    /// The iterator over the threads of process `pid` (our namespace).
+    pub fn of_process(&self, pid: i32) -> Result<ProcessWaits, BpfError> {
+        let pid = u32::try_from(pid).map_err(|_| {
+            BpfError::Iter("tree_waits", std::io::Error::from_raw_os_error(libc::ESRCH))
+        })?;
+        let mut info = libbpf_sys::bpf_iter_link_info::default();
+        info.task.pid = pid;
+        let opts = libbpf_sys::bpf_link_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+            iter_info: &mut info,
+            iter_info_len: std::mem::size_of::<libbpf_sys::bpf_iter_link_info>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: the program fd is ours and open; `opts` and the `info` it
+        // points to live across the call, which only reads them.
+        let fd = unsafe {
+            libbpf_sys::bpf_link_create(self.prog.as_raw_fd(), 0, libbpf_sys::BPF_TRACE_ITER, &opts)
+        };
+        Ok(ProcessWaits {
+            link: owned_fd(fd).map_err(|e| BpfError::Iter("tree_waits", e))?,
+        })
     }
+}
+
+/// A thread inside a futex wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FutexWait {
+    /// Its kernel id, in our namespace.
+    pub tid: i32,
+    /// The futex word it waits on.
+    pub word: u64,
+}
+
+/// The futex waits of one process's threads, each time asked.
+#[derive(Debug)]
+pub struct ProcessWaits {
+    link: OwnedFd,
+}
+
+impl ProcessWaits {
+    /// Each of its threads inside a futex wait now; none when the process
+    /// is gone. A few calls to the kernel: the iterator made, read to its
+    /// end, closed.
+    pub fn now(&self) -> Result<Vec<FutexWait>, BpfError> {
+        // SAFETY: the link fd is ours and open.
+        let fd = unsafe { libbpf_sys::bpf_iter_create(self.link.as_raw_fd()) };
+        let mut iter = File::from(owned_fd(fd).map_err(|e| BpfError::Iter("tree_waits", e))?);
+        // Read whole: the kernel fills a page at a time, and a read of a
+        // page takes all of a process's waits (256) in one call, then one
+        // more to see the end.
+        let mut bytes = Vec::new();
+        let mut page = [0u8; 4096];
+        loop {
+            match iter.read(&mut page) {
+                Ok(0) => break,
+                Ok(n) => bytes.extend_from_slice(&page[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BpfError::Iter("tree_waits", e)),
+            }
+        }
+        Ok(bytes
+            .chunks_exact(FUTEX_WAIT_SIZE)
+            .map(|w| FutexWait {
+                tid: u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as i32,
+                word: crate::mem::word_at(w, 8),
+            })
+            .collect())
+    }
+}
+
+/// An fd a libbpf call returned (-errno on failure), owned.
+fn owned_fd(fd: i32) -> std::io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(std::io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: the kernel just returned this fd, and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Whether process `pid` is in the `procs` map: followed.

@@ -168,8 +168,8 @@ impl Frames {
         }
     }
 
-    /// Tells the threads' futex waits from the BPF side's record, where it
-    /// follows the process (`crate::torch::gil`).
+    /// Tells the threads' futex waits from the BPF side's iterator
+    /// (`crate::torch::gil`).
     pub fn with_futex_waits(mut self, futex: Option<Arc<FutexWaits>>) -> Frames {
         self.gil = self.gil.with_futex_waits(futex);
         self
@@ -233,7 +233,7 @@ impl Frames {
     /// id not known, or the kernel does not say).
     pub fn wait(&self, s: &Stack) -> Option<Wait> {
         (s.tid > 0).then_some(())?;
-        self.gil.waits(self.pid, s.tid)
+        self.gil.waits(self.pid, s.tid, self.walks)
     }
 
     /// A thread's kernel id: its `native_thread_id` (3.11+), else the

@@ -20,16 +20,16 @@
 //! only while its waiter sleeps, and a waiter woken on a busy machine may
 //! wait for a core a tenth of its lock wait and more, still inside its
 //! `acquire` (measured: 35% of get-item's time in waits from /proc, 45%
-//! in the workers' own clocks, on two cores). The BPF side holds the wait
-//! from the call's entry to its return. A process it does not follow is
-//! asked of /proc as before.
+//! in the workers' own clocks, on two cores). Its task iterator, run over
+//! the process's threads once per walk of their stacks, tells a wait from
+//! the call's entry to its return.
 //!
 //! The thread's kernel id comes from its thread state's `native_thread_id`
 //! (3.11+), else from glibc's thread descriptor, whose `tid` field's
 //! offset is found in the probe's own threads (`pthread_tid_offset`); an
 //! id is used only when it is one of the process's threads.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, Ref, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -37,7 +37,7 @@ use std::sync::{Arc, OnceLock};
 
 use tracing::debug;
 
-use crate::bpf::procio::FutexWaits;
+use crate::bpf::procio::{FutexWait, FutexWaits, ProcessWaits};
 use crate::mem::Memory;
 use crate::python::PyConfig;
 
@@ -64,10 +64,21 @@ pub struct Gil {
     /// Each thread's syscall file, kept open and read again at offset 0
     /// (one call a tick instead of an open, a read and a close), by tid.
     files: RefCell<HashMap<i32, File>>,
-    /// The BPF side's futex waits, for a process it follows.
+    /// The BPF side's futex waits, where it loaded.
     futex: Option<Arc<FutexWaits>>,
-    /// Whether it follows this process: asked once, at the first wait.
-    follows: std::cell::Cell<Option<bool>>,
+    /// Its iterator over this process's threads: made at the first wait
+    /// asked; an error (logged once) leaves the process to /proc.
+    process: OnceCell<Option<ProcessWaits>>,
+    /// The waits it read last: one run of the iterator tells every
+    /// thread's.
+    read: RefCell<Option<WaitsRead>>,
+}
+
+/// A process's futex waits, read for one walk of its stacks.
+#[derive(Debug)]
+struct WaitsRead {
+    walk: u64,
+    waits: Vec<FutexWait>,
 }
 
 /// What a thread was asleep on when the kernel was asked.
@@ -100,15 +111,15 @@ impl Gil {
             hi: lo + GIL_STATE_LEN,
             files: RefCell::new(HashMap::new()),
             futex: None,
-            follows: std::cell::Cell::new(None),
+            process: OnceCell::new(),
+            read: RefCell::new(None),
         }
     }
 
-    /// Asks `futex` which futex a thread sleeps on, where it follows the
-    /// process.
+    /// Asks `futex` which futex a thread sleeps on.
     pub fn with_futex_waits(mut self, futex: Option<Arc<FutexWaits>>) -> Gil {
         self.futex = futex;
-        self.follows.set(None);
+        self.process = OnceCell::new();
         self
     }
 
@@ -129,19 +140,18 @@ impl Gil {
         })
     }
 
-    /// What thread `tid` of `pid` waits for; None when the kernel does
-    /// not say (the thread ended, or no permission). The
-    /// kernel is asked even for the thread that held the GIL at the walk:
-    /// threads that take turns every switch interval (5 ms) have swapped
-    /// by the time a walk of all threads is done, and a holder read then
-    /// would call the one now waiting a holder.
-    pub fn waits(&self, pid: i32, tid: i32) -> Option<Wait> {
-        if let Some(f) = self.futex_of(pid) {
-            match f.word(tid) {
-                Ok(Some(word)) => return Some(self.wait_on(word)),
-                Ok(None) => return Some(Wait::Not),
-                Err(e) => debug!(tid, "futex wait not read: {e}"),
-            }
+    /// What thread `tid` of `pid` waits for, after the stacks' walk
+    /// `walk`; None when the kernel does not say (the thread ended, or no
+    /// permission). The kernel is asked even for the thread that held the
+    /// GIL at the walk: threads that take turns every switch interval
+    /// (5 ms) have swapped by the time a walk of all threads is done, and
+    /// a holder read then would call the one now waiting a holder.
+    pub fn waits(&self, pid: i32, tid: i32, walk: u64) -> Option<Wait> {
+        if let Some(w) = self.bpf_waits(pid, walk) {
+            return Some(match w.iter().find(|f| f.tid == tid) {
+                Some(f) => self.wait_on(f.word),
+                None => Wait::Not,
+            });
         }
         let mut files = self.files.borrow_mut();
         if !files.contains_key(&tid) {
@@ -188,18 +198,28 @@ impl Gil {
         }
     }
 
-    /// The BPF side's futex waits, when it follows `pid`.
-    fn futex_of(&self, pid: i32) -> Option<&FutexWaits> {
-        let f = self.futex.as_deref()?;
-        let follows = match self.follows.get() {
-            Some(b) => b,
-            None => {
-                let b = f.follows(pid);
-                self.follows.set(Some(b));
-                b
-            }
-        };
-        follows.then_some(f)
+    /// The threads of `pid` inside a futex wait and their words, read
+    /// once for the walk `walk`; None where the BPF side cannot tell.
+    fn bpf_waits(&self, pid: i32, walk: u64) -> Option<Ref<'_, Vec<FutexWait>>> {
+        let process = self.process.get_or_init(|| {
+            let f = self.futex.as_deref()?;
+            f.of_process(pid)
+                .map_err(|e| debug!(pid, "futex waits from /proc instead: {e}"))
+                .ok()
+        });
+        let process = process.as_ref()?;
+        let fresh = matches!(&*self.read.borrow(), Some(r) if r.walk == walk);
+        if !fresh {
+            let now = match process.now() {
+                Ok(v) => v,
+                Err(e) => {
+                    debug!(pid, "futex waits not read: {e}");
+                    return None;
+                }
+            };
+            *self.read.borrow_mut() = Some(WaitsRead { walk, waits: now });
+        }
+        Ref::filter_map(self.read.borrow(), |r| r.as_ref().map(|r| &r.waits)).ok()
     }
 }
 
@@ -341,9 +361,9 @@ mod tests {
         let asleep = rx2.recv().expect("tid");
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(is_thread_of(pid, tid));
-        assert_eq!(gil().waits(pid, tid), Some(Wait::Lock));
-        assert_eq!(gil().waits(pid, asleep), Some(Wait::Not));
-        assert_eq!(gil().waits(pid, 1 << 30), None);
+        assert_eq!(gil().waits(pid, tid, 0), Some(Wait::Lock));
+        assert_eq!(gil().waits(pid, asleep, 0), Some(Wait::Not));
+        assert_eq!(gil().waits(pid, 1 << 30, 0), None);
         drop(stop_tx);
         let _ = t.join();
         let _ = sleeper.join();

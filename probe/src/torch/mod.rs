@@ -7,7 +7,8 @@
 //! (`sampler.rs`, `stage.rs`), and its ticks become trace.json's spans
 //! (`spans.rs`). Nothing here is attached to the target: no uprobe, only
 //! process_vm_readv and /proc, and the futex waits the job's file-read
-//! BPF object records (`crate::usage::proc_io`; `gil.rs` reads them).
+//! BPF object tells when asked (`crate::bpf::procio::FutexWaits`, a task
+//! iterator run in the probe's reads; `gil.rs` asks it).
 
 pub mod count;
 pub mod frames;

@@ -148,8 +148,8 @@ pub struct StageSampler {
 
 impl StageSampler {
     /// Starts sampling the training process `py` at `hz`; the threads'
-    /// lock and GIL waits from `futex` where it follows their process,
-    /// else from /proc (`crate::torch::gil`).
+    /// lock and GIL waits from `futex` where the BPF side loaded, else
+    /// from /proc (`crate::torch::gil`).
     pub fn start(
         py: &PyProcess,
         reader: Box<dyn LoaderReader>,

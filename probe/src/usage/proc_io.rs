@@ -6,8 +6,9 @@
 //! are its events' sums plus its lost reads. Its counts and its files then
 //! cover the same reads: counts read from the map beside the events would
 //! take in the reads that end between the cut's instant and the map's read
-//! on one side only. The same object records which of the tree's threads
-//! sleep in a futex (`futex_waits`), for the stage sampler's waits.
+//! on one side only. The same object tells which threads of a process are
+//! in a futex wait (`FutexWaits`, a task iterator the probe runs), for the
+//! stage sampler's waits.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -249,9 +250,9 @@ impl<'obj> ProcIo<'obj> {
         v
     }
 
-    /// A reader of which followed threads sleep in a futex, for the stage
-    /// sampler's thread; None when the map cannot be shared (the sampler
-    /// then asks /proc).
+    /// A reader of which threads of a process are in a futex wait, for the
+    /// stage sampler's thread; None when the program cannot be shared
+    /// (the sampler then asks /proc).
     pub fn futex_waits(&self) -> Option<FutexWaits> {
         self.bpf
             .futex_waits()
@@ -526,20 +527,25 @@ mod tests {
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
 
-    /// This process's threads, followed: one blocked on a channel is in a
-    /// futex wait on the channel's word until it is woken and has run
-    /// (then in none while it runs on), one asleep is in none, and a
-    /// thread that ended leaves nothing.
-    /// Needs root.
+    /// This process's threads: one blocked on a channel is in a futex
+    /// wait on the channel's word until it is woken and has run (then in
+    /// none while it runs on), one asleep is in none, and a thread that
+    /// ended leaves nothing. Needs root.
     #[test]
-    fn a_thread_in_a_futex_wait_is_recorded_until_it_returns() {
+    fn a_thread_in_a_futex_wait_is_seen_until_it_returns() {
         if !root() {
             return;
         }
         let mut obj = MaybeUninit::uninit();
         let io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
         let waits = io.futex_waits().expect("futex waits");
-        assert!(waits.follows(std::process::id() as i32));
+        let mine = waits
+            .of_process(std::process::id() as i32)
+            .expect("iterator");
+        let word = |tid: i32| {
+            let now = mine.now().expect("read");
+            now.iter().find(|f| f.tid == tid).map(|f| f.word)
+        };
         let tid_of = || nix::unistd::gettid().as_raw();
         let (tx, rx) = std::sync::mpsc::channel::<i32>();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -548,7 +554,11 @@ mod tests {
             let _ = tx.send(tid_of());
             let _ = go_rx.recv();
             let _ = woke_tx.send(());
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // Runs on, in user code.
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_millis(200) {
+                std::hint::spin_loop();
+            }
         });
         let (tx2, rx2) = std::sync::mpsc::channel::<i32>();
         let sleeper = std::thread::spawn(move || {
@@ -557,16 +567,18 @@ mod tests {
         });
         let (tid, asleep) = (rx.recv().expect("tid"), rx2.recv().expect("tid"));
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(waits.word(tid).expect("read").is_some_and(|w| w != 0));
-        assert_eq!(waits.word(asleep).expect("read"), None);
+        assert!(word(tid).is_some_and(|w| w != 0));
+        assert_eq!(word(asleep), None);
         drop(go_tx);
         woke_rx.recv().expect("woken");
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(waits.word(tid).expect("read"), None);
+        assert_eq!(word(tid), None);
         let _ = blocked.join();
         let _ = sleeper.join();
-        assert_eq!(waits.word(tid).expect("read"), None);
-        assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
+        assert_eq!(word(tid), None);
+        // A process that is not there: no wait, no error.
+        let gone = waits.of_process(i32::MAX).map(|w| w.now());
+        assert!(matches!(&gone, Ok(Ok(v)) if v.is_empty()) || gone.is_err());
     }
 
     /// Cuts taken while a child reads: every cut's per-file reads add up,
@@ -612,79 +624,46 @@ mod tests {
         assert!(io.drops().iter().all(|d| d.count == 0), "{:?}", io.drops());
     }
 
-    /// What a futex wait costs in the BPF programs (the kernel's run-time
-    /// statistics), for a process not followed and for a followed one:
-    /// two of this process's threads hand a token back and forth through
-    /// a mutex and a condition variable (a futex wait and a wake each
-    /// way), first with only a `sleep` child followed, then with this
-    /// process followed too. BENCHMARKS.md: `sudo cargo test --release
-    /// -p plumber-probe --bins procio_futex_cost -- --ignored --nocapture`.
+    /// What telling a process's futex waits costs the probe (the task
+    /// iterator's run over its threads, in the probe's own reads): this
+    /// process, with a few threads asleep in futex waits. BENCHMARKS.md:
+    /// `sudo cargo test --release -p plumber-probe --bins
+    /// procio_waits_cost -- --ignored --nocapture`.
     #[test]
     #[ignore]
-    fn procio_futex_cost() {
-        use crate::bpf::stats::{enable_run_time_stats, open_program, run_stats};
-        use std::os::fd::AsFd;
-        use std::sync::{Arc, Condvar, Mutex};
-        const ROUNDS: u32 = 20_000;
-        let ping_pong = || {
-            let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
-            let other = pair.clone();
-            let t = std::time::Instant::now();
-            let h = std::thread::spawn(move || {
-                let (m, c) = &*other;
-                for i in 0..ROUNDS {
-                    let mut g = c
-                        .wait_while(m.lock().expect("lock"), |v| *v != 2 * i + 1)
-                        .expect("wait");
-                    *g += 1;
-                    c.notify_one();
-                }
-            });
-            let (m, c) = &*pair;
-            for i in 0..ROUNDS {
-                let mut g = m.lock().expect("lock");
-                *g += 1;
-                c.notify_one();
-                drop(c.wait_while(g, |v| *v != 2 * i + 2).expect("wait"));
-            }
-            h.join().expect("join");
-            t.elapsed().as_secs_f64() * 1e9 / f64::from(ROUNDS)
-        };
-        let mut sleeper = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .expect("sleep");
-        let _stats = enable_run_time_stats().expect("stats");
+    fn procio_waits_cost() {
+        const READS: u32 = 20_000;
         let mut obj = MaybeUninit::uninit();
-        let mut io = ProcIo::start(&mut obj, sleeper.id() as i32).expect("load");
-        let fds: Vec<_> = io
-            .programs()
-            .into_iter()
-            .filter(|p| p.name.contains("futex"))
-            .filter_map(|p| open_program(p.id).map(|fd| (p.name, fd)))
+        let io = ProcIo::start(&mut obj, std::process::id() as i32).expect("load");
+        let waits = io.futex_waits().expect("futex waits");
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let rx = stop_rx.clone();
+                std::thread::spawn(move || {
+                    let _ = rx.lock().map(|r| r.recv());
+                })
+            })
             .collect();
-        let stats = || -> Vec<(u64, u64)> {
-            fds.iter()
-                .map(|(_, fd)| run_stats(fd.as_fd()).unwrap_or_default())
-                .collect()
-        };
-        for followed in [false, true] {
-            if followed {
-                io.follow(&[std::process::id() as i32]);
-            }
-            let before = stats();
-            let round = ping_pong();
-            for ((name, _), ((c0, n0), (c, n))) in fds.iter().zip(before.into_iter().zip(stats())) {
-                eprintln!(
-                    "followed {followed}: {name}: {} runs, {:.0} ns each",
-                    c - c0,
-                    (n - n0) as f64 / (c - c0).max(1) as f64
-                );
-            }
-            eprintln!("followed {followed}: {round:.0} ns a round trip (two waits)");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mine = waits
+            .of_process(std::process::id() as i32)
+            .expect("iterator");
+        let n = mine.now().expect("read").len();
+        let cpu = || nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID);
+        let t0 = cpu().expect("clock");
+        for _ in 0..READS {
+            std::hint::black_box(mine.now().expect("read"));
         }
-        let _ = sleeper.kill();
-        let _ = sleeper.wait();
+        let t1 = cpu().expect("clock");
+        let per =
+            nix::sys::time::TimeValLike::num_nanoseconds(&(t1 - t0)) as f64 / f64::from(READS);
+        eprintln!("{n} threads in a futex wait: {per:.0} ns of the probe's CPU a read");
+        drop(stop_tx);
+        for t in threads {
+            let _ = t.join();
+        }
     }
 
     /// What a read costs in the BPF programs (their run time, the
