@@ -515,7 +515,8 @@ impl Source for DataLoaderSource<'_> {
     /// The training process, every process below it (a forkserver and
     /// the workers it forks), and the workers the loader names: those
     /// alive, and those gone (reaped, they are in their reaper's children
-    /// times).
+    /// times). The processes below it are those the BPF side follows,
+    /// where it loaded, else found in /proc.
     fn cpu_ns(&self) -> Option<u64> {
         let named: Vec<i32> = self
             .sampler
@@ -523,7 +524,17 @@ impl Source for DataLoaderSource<'_> {
             .and_then(|s| s.observed().state)
             .map(|st| st.workers.iter().map(|&(_, p)| p).collect())
             .unwrap_or_default();
-        let ns = target::job_tree_cpu_ns(self.target.pid, &named);
+        let followed = match &self.io {
+            FileReads::Measured(io) => io.followed(),
+            FileReads::NotMeasured(_) => None,
+        };
+        let ns = match followed {
+            Some(mut pids) => {
+                pids.extend(named);
+                target::job_cpu_ns(self.target.pid, &pids)
+            }
+            None => target::job_tree_cpu_ns(self.target.pid, &named),
+        };
         self.job_cpu_ns.set(ns);
         ns
     }

@@ -108,6 +108,18 @@ impl<'obj> ProcIo<'obj> {
         }
     }
 
+    /// The processes followed now: the root, the processes below it and
+    /// those named since; None when the map cannot be read.
+    pub fn followed(&self) -> Option<Vec<i32>> {
+        match self.bpf.processes() {
+            Ok(v) => Some(v.into_iter().map(|(pid, _)| pid).collect()),
+            Err(e) => {
+                debug!("followed processes not read: {e}");
+                None
+            }
+        }
+    }
+
     /// Moves the events sent since the last call out of the ring buffer.
     pub fn drain(&mut self) {
         self.queue.extend(self.feed.take());
