@@ -481,9 +481,12 @@ impl LoaderReader for IterReader {
             // gone if its dataset was freed, or if no frame holds it (a
             // validation pass's frames still hold the training loader).
             let nothing_new = found.as_ref().is_none_or(|l| Some(l.iter) == stale);
-            if nothing_new
-                && followed.is_some_and(|d| freed || !owner::held(&self.objs, d, ITER_TYPES))
-            {
+            let gone = nothing_new
+                && followed.is_some_and(|d| freed || !owner::held(&self.objs, d, ITER_TYPES));
+            if prompted && !gone {
+                self.owners.news_was_beside(&self.objs);
+            }
+            if gone {
                 debug!(
                     freed,
                     "the DataLoader followed is gone: following the one running now"

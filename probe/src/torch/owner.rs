@@ -26,6 +26,9 @@ use crate::python::{ObjError, Objects};
 
 /// Objects looked up kept at most (a loader or two, an iterator an epoch).
 const MAX_KNOWN: usize = 64;
+/// Other loaders' datasets known to run beside the followed one, kept at
+/// most.
+const MAX_BESIDE: usize = 8;
 /// Where a loader's iterator (`_dataset`) and a DataLoader (`dataset`)
 /// keep its dataset.
 const DATASET_ATTRS: [&str; 2] = ["_dataset", "dataset"];
@@ -63,6 +66,14 @@ pub(super) struct Owners {
     /// `take_news`: a pass of another loader began, or a loader the job
     /// made anew took the followed one's place.
     news: bool,
+    /// The dataset of the loader object that made the news.
+    news_from: Option<u64>,
+    /// Other loaders' datasets, and their types, that a look prompted by
+    /// news found beside the followed one (a validation loader): a next
+    /// pass of one is no news, while its dataset reads as alive. A
+    /// Lightning job's every validation pass prompted a look through its
+    /// frames, half of its looks.
+    beside: Vec<(u64, u64)>,
 }
 
 /// A loader object told: where it keeps its dataset (the slot of the
@@ -91,10 +102,36 @@ impl Owners {
     }
 
     /// Follows no loader until the next one found: the one followed is
-    /// gone.
+    /// gone. What ran beside it is learned again.
     pub(super) fn forget(&mut self) {
         self.dataset = None;
         self.dataset_type = None;
+        self.beside.clear();
+    }
+
+    /// The look the last news prompted found the followed loader still
+    /// held: the loader that made the news runs beside it.
+    pub(super) fn news_was_beside(&mut self, objs: &Objects) {
+        let Some(d) = self.news_from.take() else {
+            return;
+        };
+        let Ok(ty) = objs.type_of(d) else {
+            return;
+        };
+        if self.beside.len() >= MAX_BESIDE {
+            self.beside.remove(0);
+        }
+        if !self.beside.iter().any(|&(x, _)| x == d) {
+            self.beside.push((d, ty.addr));
+        }
+    }
+
+    /// Whether `dataset` is a loader's known to run beside the followed
+    /// one, and still alive (one read of its header).
+    fn is_beside(&self, objs: &Objects, dataset: u64) -> bool {
+        self.beside
+            .iter()
+            .any(|&(d, ty)| d == dataset && objs.alive_as(d, ty))
     }
 
     /// The followed loader's dataset object was freed (one read): the job
@@ -156,7 +193,10 @@ impl Owners {
                 ident,
             },
         );
-        self.news |= seen != want;
+        if seen != want && !self.is_beside(objs, seen) {
+            self.news = true;
+            self.news_from = Some(seen);
+        }
         Some(seen == want)
     }
 }
