@@ -4,14 +4,13 @@
 //! and which of their threads are inside a futex wait (`FutexWaits`).
 
 use std::cell::RefCell;
+use std::fs::File;
+use std::io::Read;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use std::fs::File;
-use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-
 use libbpf_rs::{libbpf_sys, Link, MapCore, MapFlags, OpenObject, RingBuffer};
 
 use super::maps::{percpu_counters, read_map, reader};

@@ -118,12 +118,13 @@ impl Owners {
         let Ok(ty) = objs.type_of(d) else {
             return;
         };
+        if self.beside.iter().any(|&(x, _)| x == d) {
+            return;
+        }
         if self.beside.len() >= MAX_BESIDE {
             self.beside.remove(0);
         }
-        if !self.beside.iter().any(|&(x, _)| x == d) {
-            self.beside.push((d, ty.addr));
-        }
+        self.beside.push((d, ty.addr));
     }
 
     /// Whether `dataset` is a loader's known to run beside the followed
