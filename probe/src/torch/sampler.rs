@@ -368,9 +368,19 @@ impl Run {
                 }),
                 None => self.reader.yielded(),
             };
-            lost = count.is_none();
+            let was_lost = std::mem::replace(&mut lost, count.is_none());
             if !lost {
                 loss = LossWait::default();
+            } else if !was_lost && !read {
+                // Lost at a count read (the epoch ended): the first look
+                // comes `LossWait`'s first wait from now, not at once. The
+                // loop is read meanwhile: seen in the next iterator's
+                // calls (a hint) it is found without a look, seen in
+                // another loader's pass it is looked for every
+                // STATE_ELSEWHERE. A Lightning job's every epoch end was
+                // a deep look that found nothing yet (the validation pass
+                // comes first), and another to tell the loader still held.
+                last_state = Some(now);
             }
             // A new iterator (an epoch's, without persistent workers)
             // starts new workers: the next read finds them, rather than
