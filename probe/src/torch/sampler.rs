@@ -373,13 +373,11 @@ impl Run {
                 loss = LossWait::default();
             } else if !was_lost && !read {
                 // Lost at a count read (the epoch ended): the first look
-                // comes `LossWait`'s first wait from now, not at once. The
-                // loop is read meanwhile: seen in the next iterator's
-                // calls (a hint) it is found without a look, seen in
-                // another loader's pass it is looked for every
-                // STATE_ELSEWHERE. A Lightning job's every epoch end was
-                // a deep look that found nothing yet (the validation pass
-                // comes first), and another to tell the loader still held.
+                // waits `LossWait`'s first wait, the loop read meanwhile
+                // (a hint finds the next iterator without a look; another
+                // loader's pass waits STATE_ELSEWHERE). A Lightning job's
+                // every epoch end was two deep looks that found nothing
+                // yet: its validation pass comes first.
                 last_state = Some(now);
             }
             // A new iterator (an epoch's, without persistent workers)
