@@ -1,7 +1,9 @@
 //! Reading the BPF objects' maps: ring buffers, stack traces, per-CPU
-//! counters, hash maps and the .bss, shared by both objects.
+//! counters, hash maps and the .bss, shared by both objects; and the fds
+//! libbpf's own calls return.
 
 use std::cell::RefCell;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::rc::Rc;
 
 use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
@@ -174,4 +176,13 @@ impl<'a, T> RingFeed<'a, T> {
     pub fn count_malformed(&self) {
         *self.malformed.borrow_mut() += 1;
     }
+}
+
+/// An fd a libbpf call returned (-errno on failure), owned.
+pub(super) fn owned_fd(fd: i32) -> std::io::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(std::io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: the kernel just returned this fd, and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -7,13 +7,13 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::Read;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::rc::Rc;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{libbpf_sys, Link, MapCore, MapFlags, OpenObject, RingBuffer};
 
-use super::maps::{percpu_counters, read_map, reader};
+use super::maps::{owned_fd, percpu_counters, read_map, reader};
 use super::stats::ProgRef;
 use super::types::{ProcIoCounters, TreeIoEvent};
 use super::BpfError;
@@ -234,19 +234,13 @@ impl ProcessWaits {
         // SAFETY: the link fd is ours and open.
         let fd = unsafe { libbpf_sys::bpf_iter_create(self.link.as_raw_fd()) };
         let mut iter = File::from(owned_fd(fd).map_err(|e| BpfError::Iter("tree_waits", e))?);
-        // Read whole: the kernel fills a page at a time, and a read of a
-        // page takes all of a process's waits (256) in one call, then one
-        // more to see the end.
-        let mut bytes = Vec::new();
-        let mut page = [0u8; 4096];
-        loop {
-            match iter.read(&mut page) {
-                Ok(0) => break,
-                Ok(n) => bytes.extend_from_slice(&page[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(BpfError::Iter("tree_waits", e)),
-            }
-        }
+        // A page's room from the start: the kernel fills a page at a
+        // time, and one read takes all of a process's waits (256), one
+        // more sees the end (from an empty buffer, small probing reads
+        // cost a third more).
+        let mut bytes = Vec::with_capacity(4096);
+        iter.read_to_end(&mut bytes)
+            .map_err(|e| BpfError::Iter("tree_waits", e))?;
         Ok(bytes
             .chunks_exact(FUTEX_WAIT_SIZE)
             .map(|w| FutexWait {
@@ -255,15 +249,6 @@ impl ProcessWaits {
             })
             .collect())
     }
-}
-
-/// An fd a libbpf call returned (-errno on failure), owned.
-fn owned_fd(fd: i32) -> std::io::Result<OwnedFd> {
-    if fd < 0 {
-        return Err(std::io::Error::from_raw_os_error(-fd));
-    }
-    // SAFETY: the kernel just returned this fd, and nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Whether process `pid` is in the `procs` map: followed.

@@ -3,7 +3,7 @@
 //! run count and run time. What the probe costs the target
 //! (`crate::cost`) is counted from these, not timed against a baseline.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use libbpf_rs::skel::Skel;
 use libbpf_rs::{libbpf_sys, Link, Program, ProgramType};
@@ -43,12 +43,7 @@ pub fn enable_run_time_stats() -> std::io::Result<OwnedFd> {
     // SAFETY: bpf(BPF_ENABLE_STATS) takes no pointer of ours; the fd it
     // returns is new and owned by nobody else.
     let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        // libbpf returns -errno.
-        return Err(std::io::Error::from_raw_os_error(-fd));
-    }
-    // SAFETY: fd was just returned by the kernel and is closed only here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    super::maps::owned_fd(fd)
 }
 
 /// An fd of our own on the program `id`, to read its statistics from any
