@@ -14,6 +14,36 @@ fn dataloader_followed_is_the_training_one_beside_a_validation_loader() {
     attached_in_a_validation_pass("torch_pyxform.py", &["--val-samples", "2048"]);
 }
 
+/// Neither loader shuffles (an iterable or streaming training set, or a
+/// script that keeps its order): the names the job binds them to
+/// (`loader` and `val_loader`) tell the training one. Before they were
+/// read, the loader running as the probe attached, the validation one,
+/// was followed.
+#[test]
+fn dataloader_followed_by_its_name_where_neither_shuffles() {
+    attached_in_a_validation_pass(
+        "torch_pyxform.py",
+        &["--val-samples", "2048", "--no-shuffle"],
+    );
+}
+
+/// The same at module level, the loaders items of a dict a global object
+/// holds (`trainer.loaders["train"]`, `["val"]`): the keys name them.
+#[test]
+fn dataloader_followed_by_its_key_where_neither_shuffles() {
+    attached_in_a_validation_pass(
+        "torch_toplevel.py",
+        &[
+            "--val-samples",
+            "1024",
+            "--for-loop",
+            "--in-object",
+            "--in-dict",
+            "--no-shuffle",
+        ],
+    );
+}
+
 /// The training loader of a class of the job's own, with DataLoader in
 /// its MRO but not as its first base: it is found as a loader, and told
 /// from the validation one as before.

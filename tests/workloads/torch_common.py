@@ -145,6 +145,9 @@ def make_parser(module):
     p.add_argument("--new-loader", action="store_true",
                    help="after each epoch, a new dataset and a new DataLoader over it (the old "
                         "ones dropped), as a script that builds its loader in the epoch loop")
+    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
+                   help="--no-shuffle: the training loader keeps its order too, so that only "
+                        "the names it is bound to tell it from the validation loader")
     p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
                    help="derived: the training loader is of a class of the job's own, derived "
                         "from a mixin and then DataLoader (a validation loader stays torch's)")
@@ -418,7 +421,7 @@ def derived_loader_class():
     return TrainLoader
 
 
-def make_loader(dataset, args, shuffle=True):
+def make_loader(dataset, args, training=True):
     import torch
     from torch.utils.data import DataLoader, IterableDataset
 
@@ -429,12 +432,12 @@ def make_loader(dataset, args, shuffle=True):
     kw = dict(batch_size=args.batch_size, num_workers=args.num_workers,
               pin_memory=args.pin_memory, generator=g)
     if not isinstance(dataset, IterableDataset):
-        kw["shuffle"] = shuffle
+        kw["shuffle"] = training and args.shuffle
     if args.num_workers > 0:
         kw.update(worker_init_fn=worker_init, prefetch_factor=args.prefetch_factor,
                   persistent_workers=args.persistent_workers,
                   multiprocessing_context=args.start_method)
-    cls = derived_loader_class() if shuffle and args.loader_class == "derived" else DataLoader
+    cls = derived_loader_class() if training and args.loader_class == "derived" else DataLoader
     return cls(dataset, **kw)
 
 
@@ -468,7 +471,7 @@ def run(module, args):
         vargs.epoch_samples = args.val_samples
         vargs.persistent_workers = False
         # In order, as a validation loader is.
-        val_loader = make_loader(module.build(vargs), vargs, shuffle=False)
+        val_loader = make_loader(module.build(vargs), vargs, training=False)
 
     def validate():
         """One pass over the validation loader, between two GT lines: its batches and time

@@ -80,7 +80,7 @@ if __name__ == "__main__":
     if args.val_samples > 0:
         vargs = argparse.Namespace(**vars(args))
         vargs.epoch_samples, vargs.persistent_workers = args.val_samples, False
-        val_loader = torch_common.make_loader(torch_pyxform.build(vargs), vargs, shuffle=False)
+        val_loader = torch_common.make_loader(torch_pyxform.build(vargs), vargs, training=False)
 
     # Where the loops take the loaders from: the module's own globals, a
     # global object's attributes (the names deleted), or those of an

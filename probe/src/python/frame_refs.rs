@@ -146,12 +146,23 @@ enum Inside {
     Namespace,
 }
 
+/// Which objects a look reports, and how often.
+#[derive(Clone, Copy, Default)]
+struct Reported {
+    /// Instances of classes derived from a wanted one too.
+    derived: bool,
+    /// Each way to an object, not only the first.
+    every_way: bool,
+}
+
 /// One look through the frames: what is wanted, what was found, and when
 /// it is enough.
 struct Look<'a, F: Fn(&Found) -> bool> {
     type_names: &'a [&'a str],
     /// Classes derived from a wanted one count too.
     derived: bool,
+    /// Each way to an object is reported, not only the first.
+    every_way: bool,
     /// Per class address, whether it derives from a wanted one.
     derives: HashMap<u64, bool>,
     enough: &'a F,
@@ -186,7 +197,7 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
     /// Records `addr` (once); whether it is enough. Where it was found is
     /// named only now: the names cost reads.
     fn found(&mut self, objs: &Objects, addr: u64, type_name: String, at: &Where) -> bool {
-        if !self.seen.insert(addr) {
+        if !self.seen.insert(addr) && !self.every_way {
             return false;
         }
         let s = at.slots;
@@ -205,6 +216,11 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
             (Some((key, _)), _) => format!("{}.{}", slot(), name(key)),
         };
+        // The same instance in several frames (`self`) names its
+        // attributes the same way in each.
+        if self.out.iter().any(|f| f.addr == addr && f.via == via) {
+            return false;
+        }
         let f = Found {
             addr,
             type_name,
@@ -244,7 +260,7 @@ impl Objects {
     /// once, named by the first way to it: frame by frame, innermost
     /// first, each slot then its object's attributes or items.
     pub fn find_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
-        self.look_through_frames(type_names, false, false, |_| false)
+        self.look_through_frames(type_names, false, Reported::default(), |_| false)
     }
 
     /// As [`Objects::find_on_frames`], instances of classes derived from
@@ -252,7 +268,26 @@ impl Objects {
     /// named by their own class. Each class of the job's own met costs a
     /// read of its MRO and its bases, once per look.
     pub fn find_derived_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
-        self.look_through_frames(type_names, false, true, |_| false)
+        let derived = Reported {
+            derived: true,
+            every_way: false,
+        };
+        self.look_through_frames(type_names, false, derived, |_| false)
+    }
+
+    /// As [`Objects::find_derived_on_frames`], each way to each object
+    /// reported, not only the first: the names a job binds an object to
+    /// (`train_loader` in one frame, `self` in another, an attribute
+    /// `val_dataloaders`) say what it is for.
+    pub fn find_derived_on_frames_every_way(
+        &self,
+        type_names: &[&str],
+    ) -> Result<Vec<Found>, ObjError> {
+        let every_way = Reported {
+            derived: true,
+            every_way: true,
+        };
+        self.look_through_frames(type_names, false, every_way, |_| false)
     }
 
     /// Whether the class `t` has a base (in its MRO, after itself) named
@@ -281,29 +316,32 @@ impl Objects {
         type_names: &[&str],
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
-        self.look_through_frames(type_names, true, false, enough)
+        self.look_through_frames(type_names, true, Reported::default(), enough)
     }
 
     fn look_through_frames(
         &self,
         type_names: &[&str],
         slots_first: bool,
-        derived: bool,
+        reported: Reported,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
-        self.in_one_look(|| self.look_through_frames_once(type_names, slots_first, derived, enough))
+        self.in_one_look(|| {
+            self.look_through_frames_once(type_names, slots_first, reported, enough)
+        })
     }
 
     fn look_through_frames_once(
         &self,
         type_names: &[&str],
         slots_first: bool,
-        derived: bool,
+        reported: Reported,
         enough: impl Fn(&Found) -> bool,
     ) -> Result<Vec<Found>, ObjError> {
         let mut look = Look {
             type_names,
-            derived,
+            derived: reported.derived,
+            every_way: reported.every_way,
             derives: HashMap::new(),
             enough: &enough,
             out: Vec::new(),

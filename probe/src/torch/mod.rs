@@ -18,6 +18,7 @@ pub mod loader;
 mod owner;
 pub mod pace;
 mod recorder;
+mod role;
 pub mod sampler;
 pub mod spans;
 pub mod stage;

@@ -11,8 +11,9 @@
 //!
 //! Which loader is the training one: where the frames hold several
 //! DataLoaders (`train_loader`, `val_loader` in a function's locals or a
-//! trainer's attributes), the one whose sampler shuffles, when exactly one
-//! does (a validation loader keeps its order). Attached while the loop
+//! trainer's attributes), the one the names they are bound to say, else
+//! the one whose sampler shuffles, when exactly one does (a validation
+//! loader keeps its order); see [`super::role`]. Attached while the loop
 //! is in a validation pass, the recording then waits for the training
 //! loader's next epoch instead of following the validation loader.
 //! Otherwise the first loader whose iterator is found is followed.
@@ -22,6 +23,7 @@ use std::collections::HashMap;
 use tracing::debug;
 
 use super::ident::Ident;
+use super::role::{self, Candidate};
 use crate::python::{ObjError, Objects};
 
 /// Objects looked up kept at most (a loader or two, an iterator an epoch).
@@ -226,8 +228,9 @@ pub(super) fn holds_a_loader(objs: &Objects) -> bool {
 }
 
 /// The dataset of the training loader among the DataLoaders the frames
-/// hold: the one whose sampler shuffles, when there are several loaders
-/// and exactly one shuffles; `Ok(None)`: one loader, or no way to tell.
+/// hold, as [`role::training`] tells it (by the names the job binds each
+/// loader to, then by which one's sampler shuffles); `Ok(None)`: one
+/// loader, or no way to tell.
 /// An error when the frames could not be looked through: the frames are
 /// read while they run, and a loop in a fast validation pass changes them
 /// faster than a slow look reads them. The caller looks again later
@@ -241,7 +244,7 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     let mut loaders = Vec::new();
     let mut failed = None;
     for _ in 0..LOOKS {
-        match objs.find_derived_on_frames(LOADER_TYPES) {
+        match objs.find_derived_on_frames_every_way(LOADER_TYPES) {
             Ok(found) => loaders.extend(found),
             Err(e) => failed = Some(e),
         }
@@ -249,25 +252,38 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     if let (true, Some(e)) = (loaders.is_empty(), failed) {
         return Err(e);
     }
-    let mut datasets: Vec<(u64, Option<bool>)> = Vec::new();
+    let mut datasets: HashMap<u64, Option<u64>> = HashMap::new();
+    let mut cands: Vec<Candidate> = Vec::new();
     for l in &loaders {
-        let Some(d) = dataset_of(objs, l.addr) else {
+        let dataset = *datasets
+            .entry(l.addr)
+            .or_insert_with(|| dataset_of(objs, l.addr));
+        let Some(d) = dataset else {
             continue;
         };
-        if !datasets.iter().any(|(x, _)| *x == d) {
-            datasets.push((d, shuffles(objs, l.addr)));
+        let at = match cands.iter().position(|c| c.dataset == d) {
+            Some(i) => i,
+            None => {
+                cands.push(Candidate {
+                    dataset: d,
+                    shuffles: shuffles(objs, l.addr),
+                    roles: Vec::new(),
+                });
+                cands.len() - 1
+            }
+        };
+        for r in role::roles_of(&l.via) {
+            if !cands[at].roles.contains(&r) {
+                cands[at].roles.push(r);
+            }
         }
     }
     debug!(
-        ?datasets,
+        ?cands,
         found = loaders.len(),
         "the DataLoaders the frames hold"
     );
-    let mut shuffled = datasets.iter().filter(|(_, s)| *s == Some(true));
-    Ok(match (datasets.len(), shuffled.next(), shuffled.next()) {
-        (2.., Some(&(d, _)), None) => Some(d),
-        _ => None,
-    })
+    Ok(role::training(&cands))
 }
 
 /// Whether a DataLoader's sampler shuffles: torch's random samplers, a
