@@ -51,30 +51,6 @@ pub(crate) fn delivered_share(base: &Evaluation, observed: f64) -> Option<f64> {
         .then(|| (observed / model).max(SHORTFALL))
 }
 
-/// Each prediction says it keeps the share of the model's rate the
-/// loader delivered as recorded; but the one at `unscaled`, which the
-/// model's rate set (`persistent`).
-pub(crate) fn say_scaled(
-    recs: &mut [Recommendation],
-    scaled_by: Option<f64>,
-    unscaled: Option<usize>,
-) {
-    let Some(s) = scaled_by else {
-        return;
-    };
-    for (_, r) in recs
-        .iter_mut()
-        .enumerate()
-        .filter(|(i, r)| r.predicted_rate.is_some() && Some(*i) != unscaled)
-    {
-        r.assumes = format!(
-            "{}; the DataLoader delivering {} of what its stages allow, as it did during the window",
-            r.assumes,
-            fmt::pct(s)
-        );
-    }
-}
-
 /// The workers the loader runs now: the knob, or 0 where it started none
 /// (parallelism 1 then stands for the training loop doing the work).
 pub(crate) fn workers_now(m: &Model, cur: f64) -> u32 {

@@ -34,6 +34,34 @@ pub(crate) fn budget_report(m: &Model) -> BudgetReport {
     }
 }
 
+/// The most a tf.data pipeline's predictions are scaled up by
+/// ([`calibration`]): a window that began with full buffers delivers
+/// above what its ops keep up for a while, and beyond this the model, not
+/// the pipeline, is what to doubt.
+const MAX_SCALE_UP: f64 = 1.25;
+/// Within this of the model's rate the rate delivered is taken as the
+/// model's (a window's noise).
+const CALIBRATED: f64 = 0.02;
+
+/// What a tf.data pipeline delivered over the model's rate for it as it
+/// ran, when the two differ, to scale each prediction by: the change keeps
+/// what the model's per-element times miss (on bench/validate.py's image
+/// pipeline at one map thread the model read 61.7/s where 67.2/s were
+/// delivered: the map's one thread used 1.07 cores, its resize partly on
+/// TensorFlow's intra-op pool), so a prediction is the rate delivered now
+/// times the gain the model predicts. Above `SHORTFALL` of the model's
+/// rate (below it something else sets the pace: [`diagnose`]), at most
+/// `MAX_SCALE_UP`; None where the budget is not measured (Plumber's own
+/// files, or `--cores`: a what-if for other cores).
+pub(crate) fn calibration(m: &Model, base: &Evaluation, observed: f64) -> Option<f64> {
+    let model = base.rate;
+    if !(m.machine.budget.measured && model.is_finite() && model > 0.0 && observed > 0.0) {
+        return None;
+    }
+    let r = observed / model;
+    ((r - 1.0).abs() > CALIBRATED && r >= SHORTFALL).then(|| r.min(MAX_SCALE_UP))
+}
+
 /// What else limits the pipeline, when its observed rate is well below the
 /// model's rate for it as it runs; None when the ops account for it.
 pub(crate) fn diagnose(m: &Model, base: &Evaluation, observed: f64) -> Option<Elsewhere> {

@@ -111,8 +111,8 @@ pub(crate) struct Outcome {
     pub notes: Vec<String>,
     /// What holds the pipeline back when its ops do not.
     pub elsewhere: Option<Elsewhere>,
-    /// A DataLoader's predictions are the model's rates times this
-    /// ([`dl_advice::delivered_share`]).
+    /// The predictions are the model's rates times this
+    /// ([`dl_advice::delivered_share`], [`elsewhere::calibration`]).
     pub scaled_by: Option<f64>,
 }
 
@@ -144,8 +144,12 @@ pub(crate) fn recommend(
         elsewhere,
         scaled_by: None,
     };
-    if dataloader && out.elsewhere.is_none() {
-        out.scaled_by = dl_advice::delivered_share(base, observed);
+    if out.elsewhere.is_none() {
+        out.scaled_by = if dataloader {
+            dl_advice::delivered_share(base, observed)
+        } else {
+            elsewhere::calibration(m, base, observed)
+        };
     }
     let scale = out.scaled_by.unwrap_or(1.0);
     for r in &mut out.recommendations {
@@ -209,14 +213,53 @@ pub(crate) fn recommend(
         if let Some(r) = dl_advice::prefetch(m, prefetch, &out.recommendations, last_rate) {
             out.recommendations.push(r);
         }
-        dl_advice::say_scaled(&mut out.recommendations, out.scaled_by, unscaled);
+        say_scaled(
+            &mut out.recommendations,
+            out.scaled_by,
+            unscaled,
+            "the DataLoader",
+            "stages",
+        );
         return out;
     }
     recommend_prefetch(m, prefetch, last_rate, &mut out);
     if out.elsewhere.is_none() {
-        recommend_cache(m, cache, &sc, &ev, &mut out);
+        recommend_cache(m, cache, &sc, &ev, scale, &mut out);
     }
+    say_scaled(
+        &mut out.recommendations,
+        out.scaled_by,
+        None,
+        "the pipeline",
+        "ops",
+    );
     out
+}
+
+/// Each prediction says it keeps the ratio of the rate `what` delivered
+/// to the model's rate for its `parts` as recorded; but the one at
+/// `unscaled`, which the model's rate set (a DataLoader's `persistent`).
+fn say_scaled(
+    recs: &mut [Recommendation],
+    scaled_by: Option<f64>,
+    unscaled: Option<usize>,
+    what: &str,
+    parts: &str,
+) {
+    let Some(s) = scaled_by else {
+        return;
+    };
+    for (_, r) in recs
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, r)| r.predicted_rate.is_some() && Some(*i) != unscaled)
+    {
+        r.assumes = format!(
+            "{}; {what} delivering {} of what its {parts} allow, as it did during the window",
+            r.assumes,
+            fmt::pct(s)
+        );
+    }
 }
 
 /// Starting from `base`, repeatedly takes the change that lifts what bounds
@@ -306,6 +349,7 @@ fn recommend_cache(
     cache: &CacheAnalysis,
     sc: &Scenario,
     ev: &Evaluation,
+    scale: f64,
     out: &mut Outcome,
 ) {
     let Some(c) = cache.candidate else { return };
@@ -316,7 +360,7 @@ fn recommend_cache(
     // A gain within a window's noise is not worth a change nobody could
     // confirm.
     if ev_c.rate > before * 1.05 {
-        let rec = cache_recommendation(m, cache, c, &with, ev_c.rate);
+        let rec = cache_recommendation(m, cache, c, &with, ev_c.rate * scale);
         out.recommendations.push(rec);
     } else {
         out.notes.push(format!(

@@ -105,6 +105,36 @@ fn other_processes_and_the_consumer_come_off_the_budget() {
 }
 
 #[test]
+fn predictions_keep_the_rate_delivered_over_the_models() {
+    // The map took 11 s on its one thread for the 100 batches: the model
+    // allows about 9 batches/s where 10/s were delivered (its function
+    // ran partly on other threads). A change keeps that ratio.
+    let r = report(&recorded(pipeline(11.0).snapshot(), 0.0, 0.0, 0.0));
+    let ratio = 10.0 / r.predicted_rate.unwrap_or(f64::NAN);
+    assert!(ratio > 1.05 && ratio < 1.15, "{ratio}");
+    assert!(close(r.predictions_scaled_by.unwrap_or(0.0), ratio));
+    // The same file without its CPU figures is not scaled (nothing says
+    // the model's cores were the recording's).
+    let plain = report(&pipeline(11.0).snapshot());
+    assert_eq!(plain.predictions_scaled_by, None);
+    let (p, q) = (&r.recommendations[0], &plain.recommendations[0]);
+    assert_eq!((p.kind.as_str(), p.value), ("parallelism", 2.0));
+    assert!(close(
+        p.predicted_rate.unwrap_or(0.0),
+        q.predicted_rate.unwrap_or(f64::NAN) * ratio
+    ));
+    assert!(
+        p.assumes.contains("the pipeline delivering 1"),
+        "{}",
+        p.assumes
+    );
+    // Far above the model (a window that began with full buffers): at
+    // most 1.25x.
+    let r = report(&recorded(pipeline(16.0).snapshot(), 0.0, 0.0, 0.0));
+    assert_eq!(r.predictions_scaled_by, Some(1.25));
+}
+
+#[test]
 fn the_cgroup_quota_caps_the_cores() {
     let r = report(&recorded(pipeline(10.0).snapshot(), 0.0, 0.0, 1.5));
     assert_eq!(r.machine.budget.quota_cores, Some(1.5));
