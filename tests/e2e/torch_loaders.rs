@@ -44,6 +44,15 @@ fn dataloader_followed_by_its_key_where_neither_shuffles() {
     );
 }
 
+/// Both loaders two attributes deep from the loop's locals only
+/// (`holder.data.train_loader`, as a trainer's method reaches them through
+/// `self.data`), no global holding them: the look that chooses the loader
+/// and the one that asks whether it is still held go a level deeper.
+#[test]
+fn dataloader_loaders_two_deep_from_locals_follow_the_training_one() {
+    attached_in_a_validation_pass("torch_pyxform.py", &["--val-samples", "2048", "--two-deep"]);
+}
+
 /// The training loader of a class of the job's own, with DataLoader in
 /// its MRO but not as its first base: it is found as a loader, and told
 /// from the validation one as before.

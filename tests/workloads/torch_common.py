@@ -148,6 +148,10 @@ def make_parser(module):
     p.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
                    help="--no-shuffle: the training loader keeps its order too, so that only "
                         "the names it is bound to tell it from the validation loader")
+    p.add_argument("--two-deep", action="store_true",
+                   help="hold both loaders two attributes deep from the loop's locals only "
+                        "(holder.data.train_loader, holder.data.val_loader), as a trainer's method "
+                        "reaches them through self.data")
     p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
                    help="derived: the training loader is of a class of the job's own, derived "
                         "from a mixin and then DataLoader (a validation loader stays torch's)")
@@ -473,6 +477,18 @@ def run(module, args):
         # In order, as a validation loader is.
         val_loader = make_loader(module.build(vargs), vargs, training=False)
 
+    # --two-deep: only `holder` names the loaders, two attributes away.
+    holder = None
+    if args.two_deep:
+        holder = _Holder(loader, val_loader)
+        loader = val_loader = None
+
+    def the_loader():
+        return holder.data.train_loader if holder else loader
+
+    def the_val():
+        return holder.data.val_loader if holder else val_loader
+
     def validate():
         """One pass over the validation loader, between two GT lines: its batches and time
         (val_root, val_ns) are neither root nor stall_ns."""
@@ -480,13 +496,17 @@ def run(module, args):
         _emit(f"VAL epoch={st['epoch']} wall_ns={time.time_ns()}")
         t = time.perf_counter_ns()
         with _Blocked():
-            for _ in val_loader:
+            for _ in the_val():
                 st["val_root"] += 1
         st["val_ns"] += time.perf_counter_ns() - t
         gt(time.time_ns(), st["root"], st["elems"])
 
     def renew():
         nonlocal loader
+        if holder:
+            holder.data.train_loader = None
+            holder.data.train_loader = make_loader(module.build(args), args)
+            return
         loader = None
         loader = make_loader(module.build(args), args)
 
@@ -498,7 +518,7 @@ def run(module, args):
             while True:
                 if st["it"] is None:
                     with _Blocked():
-                        st["it"] = iter(loader)
+                        st["it"] = iter(the_loader())
                     pids = worker_pids(st["it"])
                     if pids is not None and pids != st["pids"]:
                         st["pids"] = pids
@@ -513,7 +533,7 @@ def run(module, args):
                         st["started"] = False
                     else:
                         raise RuntimeError("an epoch yielded no batch")
-                    if val_loader is not None:
+                    if the_val() is not None:
                         st["stall"] += time.perf_counter_ns() - t
                         validate()
                         t = time.perf_counter_ns()
@@ -532,7 +552,7 @@ def run(module, args):
 
     def gt(now, root, elems):
         extra = f" {fields()}" if fields else ""
-        if val_loader is not None:
+        if the_val() is not None:
             extra += f" val_ns={st['val_ns']} val_root={st['val_root']}"
         if truth:
             extra += f" stall_cpu_ns={st['stall_cpu']} stall_runq_ns={st['stall_runq']}"
@@ -605,7 +625,7 @@ def run(module, args):
 
     # Shut the workers down now (they would otherwise wait for the
     # iterator's finaliser or, after os._exit, for their watchdog).
-    it = st["it"] if st["it"] is not None else getattr(loader, "_iterator", None)
+    it = st["it"] if st["it"] is not None else getattr(the_loader(), "_iterator", None)
     if it is not None and hasattr(it, "_shutdown_workers"):
         with _Blocked():
             try:
@@ -617,6 +637,13 @@ def run(module, args):
                 # active exception") is reported, not the run's failure.
                 print(f"torch_common: at shutdown: {e}", file=sys.stderr)
     return 0
+
+
+class _Holder:
+    """What holds a trainer's data (--two-deep): holder.data.train_loader."""
+
+    def __init__(self, train_loader, val_loader):
+        self.data = argparse.Namespace(train_loader=train_loader, val_loader=val_loader)
 
 
 _SCHED = {}

@@ -1,7 +1,8 @@
 //! Objects the target's Python frames refer to: each thread's frames
 //! (walked from its thread state as `mod.rs` walks them), their locals
 //! (cells followed) and value stacks, and one level of attributes (of an
-//! instance) or items (of a small dict) of what those hold. A
+//! instance) or items (of a small dict) of what those hold (two levels
+//! where asked: `self.data.train_loader`). A
 //! `for x in loader:` loop keeps its iterator on its frame's value stack;
 //! `it = iter(loader)` keeps it in a local; a DataLoader with persistent
 //! workers keeps it as `loader._iterator`; a loop that calls `next()`
@@ -31,6 +32,8 @@ use super::objects::{
 use super::offsets::NONE;
 use crate::mem::word_at;
 
+use super::ref_path::{step, Inside, Path};
+
 /// 3.12+: the eval loop's own entry frame (`FRAME_OWNED_BY_CSTACK`).
 const OWNED_BY_CSTACK: u8 = 3;
 /// `enumerate`'s iterator (`en_sit`).
@@ -48,10 +51,6 @@ const MAX_NAMESPACE_ITEMS: u64 = 8192;
 /// (`app.trainer`, `model.encoder`): each costs a read of its attributes'
 /// table, and its attributes' headers are read together.
 const MAX_GLOBAL_OBJECTS: usize = 64;
-/// Most names from a namespace to an object whose attributes or items are
-/// looked through: `app.fit.trainer` (then `app.fit.trainer.train_loader`
-/// is found) or `app.trainer.loaders` (`app.trainer.loaders["train"]`).
-const MAX_PATH: usize = 3;
 /// Most classes of an MRO read: a class hierarchy is a few deep; a longer
 /// tuple is not an MRO.
 const MAX_MRO: u64 = 32;
@@ -86,64 +85,14 @@ struct Where<'a> {
     global: Option<Path>,
 }
 
-/// The names from a frame's namespace to an object whose attributes or
-/// items are looked through: the global's name, then each attribute's or
-/// item's key, and which of the two it is.
-#[derive(Clone, Copy)]
-struct Path {
-    keys: [(u64, Inside); MAX_PATH],
-    len: usize,
-}
-
-impl Path {
-    /// A global's.
-    fn global(name: u64) -> Path {
-        Path {
-            keys: [(name, Inside::Namespace); MAX_PATH],
-            len: 1,
-        }
-    }
-
-    /// This one and `key` after it, of what `inside` says; None past
-    /// `MAX_PATH`.
-    fn then(self, key: u64, inside: Inside) -> Option<Path> {
-        let mut p = self;
-        *p.keys.get_mut(p.len)? = (key, inside);
-        p.len += 1;
-        Some(p)
-    }
-
-    /// `global NAME.ATTR["ITEM"]`, each key named by `name`.
-    fn named(&self, name: impl Fn(u64) -> String) -> String {
-        let mut out = String::from("global");
-        for (i, &(key, inside)) in self.keys[..self.len].iter().enumerate() {
-            out += &step(i == 0, &name(key), inside);
-        }
-        out
-    }
-}
-
-/// How a key reads after what holds it: ` NAME` first in a path, `.NAME`
-/// for an attribute, `["NAME"]` for an item.
-fn step(first: bool, name: &str, inside: Inside) -> String {
-    match inside {
-        _ if first => format!(" {name}"),
-        Inside::Items => format!("[{name:?}]"),
-        _ => format!(".{name}"),
-    }
-}
-
-/// What of a slot's object is looked through.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Inside {
-    /// Nothing (an int, a tuple, a function).
-    Nothing,
-    /// An instance's attributes: it is of a class.
-    Attrs,
-    /// A dict's items.
-    Items,
-    /// A frame's namespace's items (a module's globals).
-    Namespace,
+/// What [`Objects::find_derived_on_frames_as`] reports, and how deep it
+/// looks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LookHow {
+    /// Each way to an object, not only the first.
+    pub every_way: bool,
+    /// Two levels below a frame's slots, not one.
+    pub deep_locals: bool,
 }
 
 /// Which objects a look reports, and how often.
@@ -151,8 +100,7 @@ enum Inside {
 struct Reported {
     /// Instances of classes derived from a wanted one too.
     derived: bool,
-    /// Each way to an object, not only the first.
-    every_way: bool,
+    how: LookHow,
 }
 
 /// One look through the frames: what is wanted, what was found, and when
@@ -161,8 +109,7 @@ struct Look<'a, F: Fn(&Found) -> bool> {
     type_names: &'a [&'a str],
     /// Classes derived from a wanted one count too.
     derived: bool,
-    /// Each way to an object is reported, not only the first.
-    every_way: bool,
+    how: LookHow,
     /// Per class address, whether it derives from a wanted one.
     derives: HashMap<u64, bool>,
     enough: &'a F,
@@ -197,7 +144,7 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
     /// Records `addr` (once); whether it is enough. Where it was found is
     /// named only now: the names cost reads.
     fn found(&mut self, objs: &Objects, addr: u64, type_name: String, at: &Where) -> bool {
-        if !self.seen.insert(addr) && !self.every_way {
+        if !self.seen.insert(addr) && !self.how.every_way {
             return false;
         }
         let s = at.slots;
@@ -210,7 +157,9 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         };
         let name = |key| objs.key_name(key).unwrap_or_else(|| "?".into());
         let via = match (at.key, at.global) {
-            (Some((key, inside)), Some(p)) => p.named(name) + &step(false, &name(key), inside),
+            (Some((key, inside)), Some(p)) => {
+                p.named(slot, name) + &step(false, &name(key), inside)
+            }
             (None, _) => slot(),
             (Some((key, Inside::Namespace)), _) => format!("global {}", name(key)),
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
@@ -270,24 +219,25 @@ impl Objects {
     pub fn find_derived_on_frames(&self, type_names: &[&str]) -> Result<Vec<Found>, ObjError> {
         let derived = Reported {
             derived: true,
-            every_way: false,
+            ..Reported::default()
         };
         self.look_through_frames(type_names, false, derived, |_| false)
     }
 
-    /// As [`Objects::find_derived_on_frames`], each way to each object
-    /// reported, not only the first: the names a job binds an object to
-    /// (`train_loader` in one frame, `self` in another, an attribute
-    /// `val_dataloaders`) say what it is for.
-    pub fn find_derived_on_frames_every_way(
+    /// As [`Objects::find_derived_on_frames`], and as `how` says: each
+    /// way to each object, not only the first (the names a job binds an
+    /// object to, `train_loader` in one frame and `self` in another, say
+    /// what it is for), and two levels of attributes or items below a
+    /// frame's slots (`self.data.train_loader` of a trainer's method),
+    /// which reads the attributes of every instance the frames' instances
+    /// hold: a look that finds nothing costs several times a plain one.
+    pub fn find_derived_on_frames_as(
         &self,
         type_names: &[&str],
+        how: LookHow,
     ) -> Result<Vec<Found>, ObjError> {
-        let every_way = Reported {
-            derived: true,
-            every_way: true,
-        };
-        self.look_through_frames(type_names, false, every_way, |_| false)
+        let reported = Reported { derived: true, how };
+        self.look_through_frames(type_names, false, reported, |_| false)
     }
 
     /// Whether the class `t` has a base (in its MRO, after itself) named
@@ -341,7 +291,7 @@ impl Objects {
         let mut look = Look {
             type_names,
             derived: reported.derived,
-            every_way: reported.every_way,
+            how: reported.how,
             derives: HashMap::new(),
             enough: &enough,
             out: Vec::new(),
@@ -513,9 +463,11 @@ impl Objects {
         // Where the objects among the values would be looked through
         // from: a namespace's as globals, those on a path from one one
         // name further.
+        let deep = look.how.deep_locals;
         let holder = |key| match (inside, at.global) {
             (Inside::Namespace, _) => Some(Path::global(key)),
             (Inside::Attrs | Inside::Items, Some(p)) => p.then(key, inside),
+            (Inside::Attrs | Inside::Items, None) if deep => Some(Path::local(key, inside)),
             _ => None,
         };
         for (&(key, v), ty) in entries.iter().zip(types) {
@@ -767,26 +719,5 @@ impl Objects {
             .get(i)
             .and_then(|&n| read_string(&self.mem, &self.off, n))
             .unwrap_or_else(|| i.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_path_names_attributes_and_items_and_ends_at_its_depth() {
-        let names = |k: u64| ["app", "trainer", "loaders", "train"][k as usize].to_string();
-        let p = Path::global(0)
-            .then(1, Inside::Attrs)
-            .and_then(|p| p.then(2, Inside::Attrs));
-        let p = p.expect("three names fit");
-        assert_eq!(p.named(names), "global app.trainer.loaders");
-        assert_eq!(
-            p.named(names) + &step(false, &names(3), Inside::Items),
-            r#"global app.trainer.loaders["train"]"#
-        );
-        // A fourth name would be looked through past MAX_PATH.
-        assert!(p.then(3, Inside::Items).is_none());
     }
 }

@@ -21,13 +21,14 @@ mod lines;
 mod object_layout;
 mod objects;
 mod offsets;
+mod ref_path;
 mod slots;
 mod type_info;
 
 use std::ops::Range;
 
 pub use code::{qualified, short_file, CodeNames};
-pub use frame_refs::Found;
+pub use frame_refs::{Found, LookHow};
 pub use objects::{ObjError, Objects, PyValue, Storage};
 pub use offsets::Offsets;
 

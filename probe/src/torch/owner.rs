@@ -24,7 +24,7 @@ use tracing::debug;
 
 use super::ident::Ident;
 use super::role::{self, Candidate};
-use crate::python::{ObjError, Objects};
+use crate::python::{Found, LookHow, ObjError, Objects};
 
 /// Objects looked up kept at most (a loader or two, an iterator an epoch).
 const MAX_KNOWN: usize = 64;
@@ -36,6 +36,14 @@ const MAX_BESIDE: usize = 8;
 const DATASET_ATTRS: [&str; 2] = ["_dataset", "dataset"];
 /// Looks through the frames for the job's DataLoaders.
 const LOOKS: usize = 3;
+/// The looks made once, to choose the loader to follow, and when the
+/// followed one seems gone: each way to a loader (its names), and two
+/// levels below the frames' slots (`self.data.train_loader` of a
+/// trainer's method, where no frame holds the loader nearer).
+const ONCE_OVER: LookHow = LookHow {
+    every_way: true,
+    deep_locals: true,
+};
 /// DataLoader classes: torch's, and ones known by name that may not derive
 /// from it in every version (accelerate's `DataLoaderShard` wraps one in
 /// recent releases), with timm's `MultiEpochsDataLoader` and torchdata's
@@ -244,7 +252,7 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     let mut loaders = Vec::new();
     let mut failed = None;
     for _ in 0..LOOKS {
-        match objs.find_derived_on_frames_every_way(LOADER_TYPES) {
+        match objs.find_derived_on_frames_as(LOADER_TYPES, ONCE_OVER) {
             Ok(found) => loaders.extend(found),
             Err(e) => failed = Some(e),
         }
@@ -308,11 +316,14 @@ fn shuffles(objs: &Objects, loader: u64) -> Option<bool> {
 /// Gone only when `LOOKS` looks all went through without finding it (a
 /// look can end early without an error, see `training_dataset`: one
 /// that missed the training loader during a validation pass would have
-/// the validation loader followed); held when a look fails.
+/// the validation loader followed), nor one more that looks two levels
+/// below the frames' slots (a trainer's `self.data.train_loader`: such a
+/// look costs several plain ones, and is made only when those found
+/// nothing); held when a look fails.
 pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
     let mut types = LOADER_TYPES.to_vec();
     types.extend_from_slice(iter_types);
-    (0..LOOKS).any(|_| match objs.find_derived_on_frames(&types) {
+    let has = |found: Result<Vec<Found>, ObjError>| match found {
         Ok(found) => found
             .iter()
             .any(|f| dataset_of(objs, f.addr) == Some(dataset)),
@@ -320,7 +331,13 @@ pub(super) fn held(objs: &Objects, dataset: u64, iter_types: &[&str]) -> bool {
             debug!("a look for the followed DataLoader failed: {e}");
             true
         }
-    })
+    };
+    let deep = LookHow {
+        deep_locals: true,
+        ..LookHow::default()
+    };
+    (0..LOOKS).any(|_| has(objs.find_derived_on_frames(&types)))
+        || has(objs.find_derived_on_frames_as(&types, deep))
 }
 
 /// The dataset object of a loader's iterator (`_dataset`) or of a
