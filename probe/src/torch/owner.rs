@@ -36,11 +36,11 @@ const MAX_BESIDE: usize = 8;
 const DATASET_ATTRS: [&str; 2] = ["_dataset", "dataset"];
 /// Looks through the frames for the job's DataLoaders.
 const LOOKS: usize = 3;
-/// The looks made once, to choose the loader to follow, and when the
-/// followed one seems gone: each way to a loader (its names), and two
-/// levels below the frames' slots (`self.data.train_loader` of a
-/// trainer's method, where no frame holds the loader nearer).
-const ONCE_OVER: LookHow = LookHow {
+/// The looks that choose the loader to follow, made until it is found:
+/// each way to a loader (the names it is bound to), and two levels below
+/// the frames' slots (`self.data.train_loader` of a trainer's method,
+/// where no frame holds the loader nearer).
+const CHOOSING: LookHow = LookHow {
     every_way: true,
     deep_locals: true,
 };
@@ -252,7 +252,7 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
     let mut loaders = Vec::new();
     let mut failed = None;
     for _ in 0..LOOKS {
-        match objs.find_derived_on_frames_as(LOADER_TYPES, ONCE_OVER) {
+        match objs.find_derived_on_frames_as(LOADER_TYPES, CHOOSING) {
             Ok(found) => loaders.extend(found),
             Err(e) => failed = Some(e),
         }
