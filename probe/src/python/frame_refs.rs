@@ -165,9 +165,10 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
             (Some((key, Inside::Items)), _) => format!("{}[{:?}]", slot(), name(key)),
             (Some((key, _)), _) => format!("{}.{}", slot(), name(key)),
         };
-        // The same instance in several frames (`self`) names its
-        // attributes the same way in each.
-        if self.out.iter().any(|f| f.addr == addr && f.via == via) {
+        // Reporting each way: the same instance in several frames (`self`)
+        // names its attributes the same way in each. (Otherwise `seen`
+        // already let this object through only once.)
+        if self.how.every_way && self.out.iter().any(|f| f.addr == addr && f.via == via) {
             return false;
         }
         let f = Found {
