@@ -86,12 +86,17 @@ pub struct DataLoaderSummary {
     /// conditions and semaphores.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_wait: Option<crate::loader_waits::LockWaits>,
+    /// CPU time per stage, in cores (`loader_cpu`); absent when no
+    /// thread's CPU was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::loader_cpu::StageCpu>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct WorkerSummary {
     pub pid: i32,
-    /// CPU over the window, in cores.
+    /// CPU over the window, in cores: the larger of its process's at the
+    /// polls and its threads' at the stage sampler's reads.
     pub cores: f64,
     pub get_item_share: f64,
     /// Its file reads over the window (absent: not measured).
@@ -270,9 +275,14 @@ pub fn summarise(
             .filter(|(k, _)| *k != "send")
             .map(|(_, v)| v)
             .sum();
+        // Two lower bounds: the process's CPU at the polls (a worker that
+        // ended between two polls keeps what the first read), and its
+        // threads' at the sampler's reads, up to its last tick.
+        let polled = w.cpu_ns.saturating_sub(b.cpu_ns);
+        let ticked: u64 = crate::loader_cpu::worker_cpu(first, w).values().sum();
         workers.push(WorkerSummary {
             pid: w.pid,
-            cores: w.cpu_ns.saturating_sub(b.cpu_ns) as f64 / window_ns as f64,
+            cores: polled.max(ticked) as f64 / window_ns as f64,
             get_item_share: ratio(st.get("get_item").copied().unwrap_or(0), main),
             io: None,
         });
@@ -318,6 +328,7 @@ pub fn summarise(
         hot_spots: BTreeMap::new(),
         gil_wait: crate::loader_waits::gil_waits(first, last),
         lock_wait: crate::loader_waits::lock_waits(first, last),
+        cpu: crate::loader_cpu::stage_cpu(first, last, window_ns),
     })
 }
 
@@ -384,6 +395,11 @@ impl DataLoaderSummary {
                 stages.join(", ")
             ));
         }
+        v.extend(
+            self.cpu
+                .as_ref()
+                .and_then(|c| c.line(self.window_s, self.batches)),
+        );
         v.push(self.io_line());
         v.extend(self.gil_wait.as_ref().map(|g| g.line()));
         v.extend(self.lock_wait.as_ref().and_then(|l| l.line()));

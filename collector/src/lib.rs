@@ -18,6 +18,7 @@ pub mod event;
 pub mod eventfile;
 mod fileio;
 mod graphargs;
+pub mod loader_cpu;
 mod loader_observation;
 pub mod loader_ops;
 pub mod loader_waits;

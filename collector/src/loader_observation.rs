@@ -76,6 +76,14 @@ pub struct DataLoaderObservation {
     pub gil_told: u64,
     #[serde(default)]
     pub gil_untold: u64,
+    /// CPU time per stage of the threads whose wall time is in
+    /// `training` and `pin_memory_stages`, ns: what each ran between two
+    /// of the sampler's reads, put on the stage seen at the second. Empty:
+    /// not read (the thread's kernel id not known).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub training_cpu: BTreeMap<String, u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pin_memory_cpu: BTreeMap<String, u64>,
 }
 
 /// What a followed process is to the loader.
@@ -121,6 +129,10 @@ pub struct WorkerObservation {
     /// and semaphores.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lock: BTreeMap<String, u64>,
+    /// CPU time per stage of the threads whose wall time is in `stages`,
+    /// ns (as `DataLoaderObservation::training_cpu`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stage_cpu: BTreeMap<String, u64>,
 }
 
 /// The training loop's stages inside the loader's `next()` and `iter()`:

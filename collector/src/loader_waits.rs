@@ -198,6 +198,7 @@ mod tests {
                 gil: m(&[]),
                 lock: m(&[("get_item", 5)]),
                 cpu_ns: 0,
+                ..Default::default()
             }],
             ..Default::default()
         };
@@ -213,6 +214,7 @@ mod tests {
                     gil: m(&[("get_item", 10)]),
                     lock: m(&[("get_item", 45)]),
                     cpu_ns: 0,
+                    ..Default::default()
                 },
                 // A worker started in the window counts from 0.
                 WorkerObservation {
@@ -221,6 +223,7 @@ mod tests {
                     gil: m(&[("get_item", 20)]),
                     lock: BTreeMap::new(),
                     cpu_ns: 0,
+                    ..Default::default()
                 },
             ],
             ..Default::default()

@@ -432,6 +432,9 @@ fn dataloader_proto(d: &crate::dataloader::DataLoaderSummary) -> DataLoaderInfo 
         workers_lock_shares: shares(d.lock_wait.as_ref().map(|l| &l.workers)),
         hot_spots: hot_spots_proto(&d.hot_spots),
         workers_startup_s: d.workers_startup_s,
+        training_cpu_cores: shares(d.cpu.as_ref().map(|c| &c.training)),
+        workers_cpu_cores: shares(d.cpu.as_ref().map(|c| &c.workers)),
+        pin_memory_cpu_cores: shares(d.cpu.as_ref().map(|c| &c.pin_memory)),
     }
 }
 

@@ -19,6 +19,7 @@ mod stacks;
 mod top;
 mod torch;
 mod torch_cli;
+mod torch_cpu;
 mod torch_io;
 mod torch_loaders;
 mod torch_waits;

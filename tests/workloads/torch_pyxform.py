@@ -17,6 +17,9 @@ for MS ms (a sleep: a read through a handle the workers share, as an HDF5 file o
 connection behind a lock), after its Python loop: the workers serialise on it. The GT lines
 then carry lock_wait_ns= and lock_item_ns=, all workers' time waiting to acquire it and their
 wall time in __getitem__, summed in shared memory.
+
+--item-cpu sums every worker's thread CPU time in __getitem__ in shared memory: the GT lines
+carry it as workers_item_cpu_ns.
 """
 
 import multiprocessing
@@ -38,6 +41,8 @@ EPOCH_SAMPLES = 1024
 ITEM = {"wall": 0, "cpu": 0}
 # --shared-lock: the lock, and the workers' wait for it and time in __getitem__ (ns, shared).
 SHARED = {}
+# --item-cpu: the workers' thread CPU time in __getitem__ (ns, shared).
+ITEM_CPU = {}
 
 
 def add_args(p):
@@ -47,12 +52,16 @@ def add_args(p):
                    help="threads in the training process that run Python without end")
     p.add_argument("--shared-lock", type=float, default=0.0, metavar="MS",
                    help="ms each item holds a lock all workers share (default: none)")
+    p.add_argument("--item-cpu", action="store_true",
+                   help="sum the workers' CPU time in __getitem__ (GT workers_item_cpu_ns)")
 
 
 def gt_fields():
     out = f"item_wall_ns={ITEM['wall']} item_cpu_ns={ITEM['cpu']}"
     if SHARED:
         out += f" lock_wait_ns={SHARED['wait'].value} lock_item_ns={SHARED['item'].value}"
+    if ITEM_CPU:
+        out += f" workers_item_cpu_ns={ITEM_CPU['cpu'].value}"
     return out
 
 
@@ -92,6 +101,8 @@ class PyTransform(Dataset):
             self._locked_read()
         ITEM["wall"] += time.perf_counter_ns() - w
         ITEM["cpu"] += time.thread_time_ns() - c
+        if ITEM_CPU and torch.utils.data.get_worker_info() is not None:
+            _add(ITEM_CPU["cpu"], time.thread_time_ns() - c)
         if SHARED:
             _add(SHARED["item"], time.perf_counter_ns() - w)
         return out
@@ -108,6 +119,8 @@ def build(args):
         # Made before the DataLoader: forked workers inherit them.
         SHARED.update(lock=multiprocessing.Lock(), ms=args.shared_lock,
                       wait=multiprocessing.Value("q", 0), item=multiprocessing.Value("q", 0))
+    if args.item_cpu:
+        ITEM_CPU["cpu"] = multiprocessing.Value("q", 0)
     for _ in range(args.gil_threads):
         threading.Thread(target=_spin, daemon=True).start()
     return PyTransform(args.epoch_samples, args.pyiters, args.seed)

@@ -191,6 +191,7 @@ impl<'obj> DataLoaderSource<'obj> {
                 cpu_ns: self.worker_cpu.get(&pid).copied().unwrap_or(0),
                 gil: o.workers_gil.get(&pid).map(names).unwrap_or_default(),
                 lock: o.workers_lock.get(&pid).map(names).unwrap_or_default(),
+                stage_cpu: o.workers_cpu.get(&pid).map(names).unwrap_or_default(),
             })
             .collect();
         Some(DataLoaderObservation {
@@ -219,6 +220,8 @@ impl<'obj> DataLoaderSource<'obj> {
             io: None,
             training_gil: names(&o.training_gil),
             training_lock: names(&o.training_lock),
+            training_cpu: names(&o.training_cpu),
+            pin_memory_cpu: names(&o.pin_memory_cpu),
             gil_told: o.gil_told,
             gil_untold: o.gil_untold,
         })

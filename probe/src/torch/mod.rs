@@ -22,6 +22,8 @@ mod role;
 pub mod sampler;
 pub mod spans;
 pub mod stage;
+mod tally;
+mod thread_cpu;
 mod worker_ticks;
 
 use std::cell::Cell;

@@ -8,8 +8,9 @@
 //! next one (`pace.rs`), and at such reads the training loop's own stage
 //! too (one process's stacks: the data stall's samples, its spans and its
 //! stage stacks, as a tick's).
-//! Wall time, not CPU time: a worker blocked reading a file is in GetItem,
-//! and the training loop blocked on the result queue is stalled.
+//! Stages take wall time: a worker blocked reading a file is in GetItem,
+//! the training loop blocked on the result queue is stalled. Each
+//! thread's CPU time goes to its stage beside it (`thread_cpu.rs`).
 //! Each thread's tick also goes to its stage stack (stages.folded,
 //! profile.pb.gz) and to its track's spans (trace.json, `spans.rs`).
 
@@ -27,11 +28,11 @@ use super::gil::Wait;
 use super::pace::{Jitter, LossWait, Schedule, COUNTS_PER_TICK};
 use super::recorder::Recorder;
 pub use super::recorder::{Recorded, StageStack};
-use super::spans::{Role, Seen};
+use super::spans::Role;
 use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
-use super::worker_ticks::{
-    start_up_holds_the_loop, wait_of, worker_stages, WorkerStage, WorkerThread,
-};
+use super::tally::{add_cpu, add_loop, count_wait, seen, WorkerTicks};
+use super::thread_cpu::ThreadCpu;
+use super::worker_ticks::{start_up_holds_the_loop, wait_of, worker_stages, WorkerThread};
 use crate::bpf::procio::FutexWaits;
 use crate::clock::now_ns;
 use crate::cost::Thin;
@@ -138,6 +139,12 @@ pub struct Observed {
     /// (the thread's kernel id or the GIL not readable).
     pub gil_told: u64,
     pub gil_untold: u64,
+    /// CPU time per stage, ns, of the threads whose wall time is in
+    /// `training`, `workers` and `pin_memory` (`thread_cpu.rs`); empty
+    /// where no thread's CPU could be read (its kernel id not known).
+    pub training_cpu: StageNs,
+    pub workers_cpu: BTreeMap<i32, StageNs>,
+    pub pin_memory_cpu: StageNs,
 }
 
 pub struct StageSampler {
@@ -177,6 +184,7 @@ impl StageSampler {
             period: Duration::from_secs_f64(1.0 / f64::from(hz.max(1))),
             thin,
             futex,
+            cpu: ThreadCpu::default(),
         };
         let s = stop.clone();
         let handle = std::thread::Builder::new()
@@ -272,6 +280,8 @@ struct Run {
     thin: Thin,
     /// The BPF side's futex waits, for every process's `Frames`.
     futex: Option<Arc<FutexWaits>>,
+    /// The counted threads' CPU time between two reads.
+    cpu: ThreadCpu,
 }
 
 /// Reads of the training process again for one partial loop stack.
@@ -452,15 +462,17 @@ impl Run {
         let (loop_stage, _) = self.training_stages(&stacks);
         let loop_stage = loop_stage.map(|st| self.starting_wait(st));
         let start = self.last_loop_ns;
+        let dt = now.saturating_sub(start);
+        let mut cpu = None;
         if let Some((st, s)) = loop_stage.zip(self.loop_stack(&stacks)) {
             let (pid, name) = (self.training.pid, &self.training_name);
             let seen = seen(pid, name, Role::TrainingLoop, st, s);
             self.recorder.record(&seen, s, start, now);
+            cpu = self.cpu.since_last(pid, s.tid, dt, st);
         }
-        let dt = now.saturating_sub(start);
         self.last_loop_ns = now;
         if let Ok(mut o) = self.shared.lock() {
-            add_loop(&mut o, loop_stage, dt);
+            add_loop(&mut o, loop_stage, dt, cpu);
         }
     }
 
@@ -498,8 +510,14 @@ impl Run {
 
     /// Attaches to new workers and forgets the ones gone.
     fn follow_workers(&mut self, workers: &[(u32, i32)]) {
-        self.workers
-            .retain(|pid, _| workers.iter().any(|(_, p)| p == pid));
+        let cpu = &mut self.cpu;
+        self.workers.retain(|pid, _| {
+            let kept = workers.iter().any(|(_, p)| p == pid);
+            if !kept {
+                cpu.forget(*pid);
+            }
+            kept
+        });
         for &(id, pid) in workers {
             if self.workers.contains_key(&pid) {
                 continue;
@@ -556,13 +574,16 @@ impl Run {
         let (loop_stage, pin) = self.training_stages(&training);
         let workers = self.worker_ticks(start_ns, end_ns);
         // Until the next tick.
-        self.workers_starting = start_up_holds_the_loop(workers.iter().flat_map(|(_, ts)| ts));
+        self.workers_starting = start_up_holds_the_loop(workers.iter().flat_map(|(_, ts, _)| ts));
         let loop_stage = loop_stage.map(|st| self.starting_wait(st));
         let (pid, name) = (self.training.pid, &self.training_name);
         let mut strategy = None;
         let mut loop_gil = None;
+        let loop_dt = end_ns.saturating_sub(self.last_loop_ns);
+        let mut loop_cpu = None;
         if let Some(st) = loop_stage {
             if let Some(s) = self.loop_stack(&training) {
+                loop_cpu = self.cpu.since_last(pid, s.tid, loop_dt, st);
                 // Since the loop's last read, as its stage's time.
                 let seen = seen(pid, name, Role::TrainingLoop, st, s);
                 self.recorder.record(&seen, s, self.last_loop_ns, end_ns);
@@ -572,9 +593,11 @@ impl Run {
                 loop_gil = Some(wait_of(&self.training, st, s));
             }
         }
+        let mut pin_cpu = None;
         if let Some((st, s)) = pin {
             let seen = seen(pid, name, Role::PinMemory, st, s);
             self.recorder.record(&seen, s, start_ns, end_ns);
+            pin_cpu = self.cpu.since_last(pid, s.tid, dt, st);
         }
         let bad = self.training.bad_frames
             + self
@@ -592,9 +615,8 @@ impl Run {
         if strategy.is_some() {
             o.sharing_strategy = strategy;
         }
-        let loop_dt = end_ns.saturating_sub(self.last_loop_ns);
         self.last_loop_ns = end_ns;
-        add_loop(&mut o, loop_stage, loop_dt);
+        add_loop(&mut o, loop_stage, loop_dt, loop_cpu);
         // Building a batch itself, after this tick's count read: the loop
         // will yield it, though the epoch may end before the next read.
         // Not when that read found no iterator: the epoch it read last may
@@ -623,10 +645,12 @@ impl Run {
         }
         if let Some((p, _)) = pin {
             *o.pin_memory.entry(p).or_default() += dt;
+            add_cpu(&mut o.pin_memory_cpu, pin_cpu);
         }
-        for (pid, stages) in workers {
-            for (s, waits, _) in stages {
+        for (pid, stages, cpu) in workers {
+            for ((s, waits, _), cpu) in stages.into_iter().zip(cpu) {
                 *o.workers.entry(pid).or_default().entry(s).or_default() += dt;
+                add_cpu(o.workers_cpu.entry(pid).or_default(), cpu);
                 let by = match count_wait(&mut o, waits) {
                     Wait::Gil => &mut o.workers_gil,
                     Wait::Lock => &mut o.workers_lock,
@@ -650,8 +674,10 @@ impl Run {
     }
 
     /// Reads every worker's stacks: per worker process, each of its
-    /// threads' stage this tick, what it waited for, and which thread.
-    fn worker_ticks(&mut self, start_ns: u64, end_ns: u64) -> Vec<(i32, Vec<WorkerStage>)> {
+    /// threads' stage this tick, what it waited for, and which thread;
+    /// and each thread's CPU time since it was last read.
+    fn worker_ticks(&mut self, start_ns: u64, end_ns: u64) -> Vec<WorkerTicks> {
+        let dt = end_ns.saturating_sub(start_ns);
         let mut workers = Vec::new();
         for (&pid, w) in self.workers.iter_mut() {
             if let Some(stacks) = w.frames.as_mut().and_then(Frames::stacks) {
@@ -668,12 +694,17 @@ impl Run {
                     let seen = seen(pid, &w.name, role, t.stage, t.stack);
                     self.recorder.record(&seen, t.stack, start_ns, end_ns);
                 }
+                let cpu = stages
+                    .iter()
+                    .map(|t| self.cpu.since_last(pid, t.stack.tid, dt, t.stage))
+                    .collect();
                 workers.push((
                     pid,
                     stages
                         .into_iter()
                         .map(|t| (t.stage, t.wait, t.thread))
                         .collect::<Vec<_>>(),
+                    cpu,
                 ));
             }
         }
@@ -722,41 +753,6 @@ impl Run {
             Some(false) => Stage::OtherLoader,
             _ => st,
         }
-    }
-}
-
-/// `dt` of the training loop's time to its stage, or to the unknown.
-fn add_loop(o: &mut Observed, stage: Option<Stage>, dt: u64) {
-    match stage {
-        Some(s) => *o.training.entry(s).or_default() += dt,
-        None => o.training_unknown_ns += dt,
-    }
-}
-
-/// Counts a thread's tick as told or not; what it waited for.
-fn count_wait(o: &mut Observed, waits: Option<Wait>) -> Wait {
-    match waits {
-        Some(w) => {
-            o.gil_told += 1;
-            w
-        }
-        None => {
-            o.gil_untold += 1;
-            Wait::Not
-        }
-    }
-}
-
-/// Thread `s` of process `pid` in `stage` at a tick.
-fn seen<'a>(pid: i32, process: &'a Arc<str>, role: Role, stage: Stage, s: &'a Stack) -> Seen<'a> {
-    Seen {
-        pid,
-        process,
-        thread_id: s.thread_id,
-        tid: s.tid,
-        role,
-        stage,
-        leaf: s.frames.last(),
     }
 }
 
