@@ -576,9 +576,11 @@ fn hot_spots_weigh_each_stage_by_its_wall_time() {
             ("collate", "stack (c.py)", 0.5),
         ],
     );
-    // 0.4 × 50 / 56 and 0.5 × 6 / 56 (32% and 9.7% by time on a core).
+    // 0.4 × 50 / 56 (32% by time on a core); collate's 0.5 × 6 / 56 is
+    // under a tenth of the batch (9.7% by time on a core): not named.
     assert!(
-        note.contains("load (i.py) 36% (in get-item) and stack (c.py) 5.4% (in collate)"),
+        note.contains("goes mostly to load (i.py) 36% (in get-item), each"),
         "{note}"
     );
+    assert!(!note.contains("stack (c.py)"), "{note}");
 }
