@@ -3,7 +3,7 @@
 
     sudo python3 bench/validate.py [--probe target/release/plumber-probe]
         [--cases image,demo,cache,py_function,keras_fit,torch_workers,torch_gil,torch_ipc,
-               torch_pyx_workers,torch_val,torch_anew,torch_forkserver] [--runs 3]
+               torch_pyx_workers,torch_latency,torch_val,torch_anew,torch_forkserver] [--runs 3]
         [--base-runs 1]
         [--seconds 6] [--warmup 3] [--record 8] [--out DIR]
 
@@ -85,6 +85,12 @@ CASES = {
     "torch_pyx_workers": ("torch_pyxform.py", ["--num-workers", "1", "--persistent-workers",
                                                "--batch-size", "16", "--epoch-samples", "1024"],
                           None),
+    # The same transform, short, each item then sleeping 2 ms holding
+    # nothing (a read from network storage) on two persistent workers: the
+    # advice is workers past the cores, as their CPU time shows them idle.
+    "torch_latency": ("torch_pyxform.py", ["--num-workers", "2", "--persistent-workers",
+                                           "--batch-size", "16", "--pyiters", "1000",
+                                           "--item-sleep", "2"], None),
     # The torch_ipc job with a validation pass over a second loader (in
     # order, 2,048 samples, its own new workers) after each epoch: the advice
     # is for the training loader alone, and its prediction must not count

@@ -65,7 +65,7 @@ pub(crate) fn workers_now(m: &Model, cur: f64) -> u32 {
 fn per_worker(m: &Model, p: Pool) -> Option<f64> {
     let t: f64 = [p.collate, p.get_item]
         .iter()
-        .filter_map(|&u| m.nodes[u].r1)
+        .filter_map(|&u| m.nodes[u].r1.map(|r| r * m.nodes[u].thread_share()))
         .map(|r| 1.0 / r)
         .sum();
     (t > 0.0 && t.is_finite()).then(|| 1.0 / t)
@@ -271,15 +271,17 @@ fn rate_opt(x: f64) -> Option<f64> {
 }
 
 /// The bottleneck where the workers' stage bounds the loader at `u` (its
-/// Collate node): the busier of its two ops, why in the workers' terms,
-/// and what limits it (a lock when get-item's workers serialise on one).
-/// None for any other limiter.
+/// Collate node, or GetItem alone): the busier of its two ops, why in the
+/// workers' terms, and what limits it (a lock when get-item's workers
+/// serialise on one; I/O when they wait off their cores with cores to
+/// spare). None for any other limiter.
 pub(crate) fn pool_bottleneck(
     m: &Model,
     ev: &Evaluation,
     u: usize,
 ) -> Option<(usize, String, Limit)> {
-    let p = m.pool.filter(|p| p.collate == u)?;
+    // Get-item alone where collate took too little time to be measured.
+    let p = m.pool.filter(|p| p.collate == u || p.get_item == u)?;
     let one = per_worker(m, p)?;
     let slower = |a: usize, b: usize| match (m.nodes[a].r1, m.nodes[b].r1) {
         (Some(x), Some(y)) if y < x => b,
@@ -302,6 +304,7 @@ pub(crate) fn pool_bottleneck(
         )
     };
     let g = &m.nodes[p.get_item];
+    let off = off_core_share(m, p);
     let (limit, lock) = if g.limit == Limit::Lock && now > 0 {
         let share = g.wait_share();
         (
@@ -310,6 +313,14 @@ pub(crate) fn pool_bottleneck(
                 "; get-item's workers waited on a lock {} of its time (serial share σ = {}): they serialise on something they share, and more of them do not scale it",
                 fmt::pct(share),
                 fmt::num(g.sigma)
+            ),
+        )
+    } else if off > crate::model::OFF_CORE_MOSTLY && job_cores(m) < BUSY_CORES * m.machine.cores {
+        (
+            Limit::Io,
+            format!(
+                "; they spent {} of their time off their cores, on no lock and not waiting for the GIL (reads, the network, a sleep), which more of them overlap",
+                fmt::pct(off)
             ),
         )
     } else {
@@ -323,6 +334,37 @@ pub(crate) fn pool_bottleneck(
         get_item_reads(m, p.get_item)
     );
     Some((node, why, limit))
+}
+
+/// A worker pool waits rather than computes when its threads spend most
+/// of their time off their cores with cores to spare: the share of the
+/// cores the job may take for that time to be its own waits, not a wait
+/// for a core.
+const BUSY_CORES: f64 = 0.75;
+
+/// The share of the pool's threads' own time (lock and GIL waits aside)
+/// spent off their cores: 0 without the stages' CPU times.
+fn off_core_share(m: &Model, p: Pool) -> f64 {
+    let (mut off, mut all) = (0.0, 0.0);
+    for u in [p.get_item, p.collate] {
+        let n = &m.nodes[u];
+        off += n.offcpu_s;
+        all += n.offcpu_s + n.busy_s;
+    }
+    if all > 0.0 {
+        off / all
+    } else {
+        0.0
+    }
+}
+
+/// The job's CPU over the window, in cores (0 when not recorded).
+fn job_cores(m: &Model) -> f64 {
+    if m.elapsed_s > 0.0 {
+        m.input.process_cpu_ns as f64 / 1e9 / m.elapsed_s
+    } else {
+        0.0
+    }
 }
 
 /// What the get-item stage read from files, as a clause of the

@@ -358,8 +358,9 @@ fn split_outside(c: &crate::input::CpuContext, roots: u64) -> OutsideSplit {
 /// workers), with those they reaped. What the loader's stages and its
 /// epoch edges did not take of it is the training loop's own work (its
 /// step), which grows with the rate as a consumer's does, so it is
-/// charged per batch beside the ops. The stages' times are wall times, at least
-/// their CPU: the charge is a lower bound, never more than the loop took.
+/// charged per batch beside the ops. The stages' times are their CPU
+/// times where measured, else wall times, at least their CPU: the charge
+/// is then a lower bound, never more than the loop took.
 /// Without the job's CPU (0) or for a tf.data pipeline: `b` unchanged.
 fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
     let dl = || {
@@ -372,9 +373,20 @@ fn loop_budget(input: &PipelineInput, mut b: CoreBudget, t: f64) -> CoreBudget {
     if input.process_cpu_ns == 0 || dl().next().is_none() {
         return b;
     }
+    // With the stages' CPU time measured the ops are charged it, and the
+    // rest of the job's CPU is the loop's; else their wall time.
+    let measured = dl()
+        .filter_map(|n| input.ops.get(&n.name))
+        .any(|o| o.cpu_ns > 0);
     let stages: u64 = dl()
         .filter_map(|n| input.ops.get(&n.name))
-        .map(|o| o.wall_ns.max(o.cpu_ns))
+        .map(|o| {
+            if measured {
+                o.cpu_ns
+            } else {
+                o.wall_ns.max(o.cpu_ns)
+            }
+        })
         .fold(0, u64::saturating_add);
     let top = input.graph.nodes.get(input.graph.top);
     let batches = top

@@ -75,6 +75,10 @@ pub(crate) struct NodeModel {
     pub gil_s: f64,
     /// Time on a core (CPU, or wall less the waits in wallclock mode).
     pub busy_s: f64,
+    /// A DataLoader stage's time off its cores that no lock or GIL
+    /// serialises (a read, the network, a sleep, a core to run on), with
+    /// its CPU time measured: more workers overlap it. 0 otherwise.
+    pub offcpu_s: f64,
     pub minibatches: f64,
     /// Per-core rate R1 (root elements/s); None: no time (unbounded) or no
     /// elements (nothing to measure).
@@ -156,6 +160,7 @@ impl NodeModel {
             wall_s: 0.0,
             lock_s: 0.0,
             busy_s: 0.0,
+            offcpu_s: 0.0,
             gil_s: 0.0,
             minibatches: 0.0,
             r1: None,
@@ -187,6 +192,18 @@ impl NodeModel {
         }
     }
 
+    /// The share of a thread's own time (lock and GIL waits aside) it is
+    /// on a core: 1 but for a DataLoader stage whose threads wait off
+    /// their cores. R1 times it is one thread's rate.
+    pub(crate) fn thread_share(&self) -> f64 {
+        let t = self.busy_s + self.offcpu_s;
+        if t > 0.0 {
+            self.busy_s / t
+        } else {
+            1.0
+        }
+    }
+
     /// Times, observed rate, per-core rate R1 and the read-stream rate of an
     /// op with stats, from its counters over the window.
     pub(crate) fn measure(&mut self, cpu_source: CpuSource, elapsed_s: f64) {
@@ -209,6 +226,15 @@ impl NodeModel {
             CpuSource::Wallclock if time_s > wait_s => time_s - wait_s,
             _ => time_s,
         };
+        // A DataLoader stage's CPU and wall time come from the same ticks
+        // of the same threads: what its wall time holds beyond its CPU and
+        // its lock and GIL waits, its threads spent off their cores.
+        let offcpu_s = if cpu_source == CpuSource::CpuClock && ops::is_dataloader(&self.op) {
+            (wall_s - time_s - wait_s).max(0.0)
+        } else {
+            0.0
+        };
+        self.offcpu_s = offcpu_s;
         self.wall_s = wall_s;
         self.time_s = time_s;
         self.lock_s = lock_s;
@@ -224,9 +250,14 @@ impl NodeModel {
         if elements > 0 && busy_s > 0.0 {
             let r1 = self.minibatches / busy_s;
             if r1.is_finite() && r1 > 0.0 {
+                // A thread's own time: on a core, or off it where nothing
+                // serialises it.
+                let thread_s = busy_s + offcpu_s;
                 self.r1 = Some(r1);
-                self.sigma = amdahl::serial_share(busy_s, wait_s, self.p_eff);
-                self.r1_eff = r1 * amdahl::single_thread_efficiency(busy_s, wait_s, self.p_eff);
+                self.sigma = amdahl::serial_share(thread_s, wait_s, self.p_eff);
+                self.r1_eff = r1
+                    * self.thread_share()
+                    * amdahl::single_thread_efficiency(thread_s, wait_s, self.p_eff);
             }
         }
         if self.disk && elements > 0 {

@@ -39,7 +39,9 @@ pub(crate) fn analyze(model: &Model, rate: f64) -> PrefetchAnalysis {
     let min_latency_s: f64 = model
         .ranking
         .iter()
-        .filter_map(|&u| model.nodes[u].r1)
+        // One element's time through each op: off a core too where its
+        // threads wait there (a DataLoader stage's reads).
+        .filter_map(|&u| model.nodes[u].r1.map(|r| r * model.nodes[u].thread_share()))
         .map(|r| 1.0 / r)
         .filter(|s| s.is_finite())
         .sum();

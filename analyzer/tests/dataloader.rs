@@ -240,6 +240,51 @@ fn workers_never_exceed_the_cores() {
     assert!(r.assumes.contains("CPU-ms per element"), "{}", r.assumes);
 }
 
+/// Workers that wait off their cores (a read from network storage: wall
+/// time far past their CPU time, no lock, no GIL) are charged the cores
+/// their CPU takes, and given workers past the cores: each one adds its
+/// own stream of waits, until the CPU they take fills the cores.
+#[test]
+fn workers_waiting_off_their_cores_get_workers_past_the_cores() {
+    // Two workers busy 56 s of 60 each, 6 CPU-s of it in all: one core
+    // fills at 600 / 6 × 60 = 6,000 batches a minute, ten times the rate.
+    let mut p = loader(600, 100.0, 12.0, 2, 2);
+    p.ops = p
+        .ops
+        .into_iter()
+        .map(|o| match o.name.as_str() {
+            "GetItem" => o.cpu(5.0),
+            "Collate" => o.cpu(1.0),
+            _ => o,
+        })
+        .collect();
+    let r = report(&p, &MachineOverrides::default());
+    speaks_dataloader(&r);
+    assert!(
+        r.utilisation.cores_used < 0.2,
+        "utilisation: {:?}",
+        r.utilisation
+    );
+    let rec = workers_rec(&r).expect("a num_workers recommendation");
+    // A worker 1/19 of its time on a core: up to 4 a core (the cap), 8
+    // on two, each 5.36 batches/s.
+    assert_eq!(rec.value, 8.0, "{rec:?}");
+    let rate = rec.predicted_rate.expect("rate");
+    let now = 600.0 / 60.0;
+    assert!(rate > 2.0 * now, "{rate}");
+    // Without CPU times (wall time only) the same loader was taken to
+    // fill its cores: no more workers than cores.
+    let r = report(
+        &loader(600, 100.0, 12.0, 2, 2),
+        &MachineOverrides::default(),
+    );
+    assert!(
+        workers_rec(&r).is_none_or(|x| x.value <= 2.0),
+        "{:?}",
+        r.recommendations
+    );
+}
+
 #[test]
 fn tensorflow_ops_keep_their_knobs() {
     let r = report(&common::worked_example(), &MachineOverrides::default());

@@ -43,6 +43,32 @@ pub fn charge_locks(d: &DataLoaderSummary, ops: &mut [OpTotals]) {
     }
 }
 
+/// Charges each stage's CPU time (`DataLoaderSummary::cpu`) to its op,
+/// as a TensorFlow op's thread CPU is: the workers' get-item and collate
+/// (the training loop's without workers), the pin-memory thread's. The op
+/// model then charges the cores what the stages ran, not their wall time,
+/// and tells the time a worker spends off its cores (a read, the network,
+/// a core to run on) from the time it computes. Nothing without it.
+pub fn charge_cpu(d: &DataLoaderSummary, ops: &mut [OpTotals]) {
+    let Some(c) = &d.cpu else {
+        return;
+    };
+    let stages = if d.num_workers > 0 {
+        &c.workers
+    } else {
+        &c.training
+    };
+    let ns = |cores: Option<&f64>| (cores.copied().unwrap_or(0.0) * d.window_s * 1e9) as u64;
+    for (stage, op) in STAGE_OPS {
+        for o in ops.iter_mut().filter(|o| o.model_name == op) {
+            o.cpu_ns = ns(stages.get(stage));
+        }
+    }
+    for o in ops.iter_mut().filter(|o| o.model_name == PIN_MEMORY_OP) {
+        o.cpu_ns = ns(c.pin_memory.get("pin_memory"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +109,38 @@ mod tests {
         d.num_workers = 0;
         charge_locks(&d, &mut ops);
         assert_eq!(ops[0].waits.lock_wait_ns, 900);
+    }
+
+    /// Each stage's CPU time becomes its op's: the workers' with workers,
+    /// the loop's without, the pin-memory thread's; none without it.
+    #[test]
+    fn stage_cpu_is_charged_to_the_ops() {
+        let op = |name: &str| OpTotals {
+            model_name: name.into(),
+            ..Default::default()
+        };
+        let mut ops = vec![op(GET_ITEM_OP), op(COLLATE_OP), op(PIN_MEMORY_OP)];
+        let last = DataLoaderObservation {
+            mono_ns: 2_000_000_000,
+            num_workers: 2,
+            ..Default::default()
+        };
+        let mut d = summarise(&DataLoaderObservation::default(), &last, &PidFiles::new())
+            .expect("a window");
+        charge_cpu(&d, &mut ops);
+        assert!(ops.iter().all(|o| o.cpu_ns == 0));
+        let m = |k: &str, v: f64| [(k.to_string(), v)].into_iter().collect();
+        d.cpu = Some(crate::loader_cpu::StageCpu {
+            training: m("get_item", 0.25),
+            workers: [("get_item".to_string(), 1.5), ("collate".to_string(), 0.1)].into(),
+            pin_memory: m("pin_memory", 0.05),
+        });
+        charge_cpu(&d, &mut ops);
+        let cpu: Vec<u64> = ops.iter().map(|o| o.cpu_ns).collect();
+        assert_eq!(cpu, [3_000_000_000, 200_000_000, 100_000_000]);
+        d.num_workers = 0;
+        charge_cpu(&d, &mut ops);
+        assert_eq!(ops[0].cpu_ns, 500_000_000);
+        assert_eq!(ops[1].cpu_ns, 0);
     }
 }

@@ -353,6 +353,7 @@ impl Aggregator {
         });
         if let Some(d) = &dataloader {
             crate::loader_ops::charge_locks(d, &mut ops);
+            crate::loader_ops::charge_cpu(d, &mut ops);
         }
 
         let mut drops: BTreeMap<String, u64> = self.probe_drops;

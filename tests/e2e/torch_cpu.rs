@@ -59,3 +59,46 @@ fn dataloader_stage_cpu_matches_the_job_s_own() {
         }
     }
 }
+
+/// Workers that sleep 90% of each item, holding nothing (a read from
+/// network storage): with the stages' CPU time the analysis sees them
+/// off their cores, names I/O, and gives them more workers than cores
+/// (four a core at most), where from wall time alone it took them to
+/// fill both cores and advised nothing.
+#[test]
+fn workers_waiting_off_their_cores_get_workers_past_the_cores() {
+    let case = Case {
+        script: "torch_pyxform.py",
+        args: &[
+            "--num-workers",
+            "2",
+            "--persistent-workers",
+            "--batch-size",
+            "16",
+            "--pyiters",
+            "1000",
+            "--item-sleep",
+            "2",
+        ],
+        seconds: 8.0,
+    };
+    let who = "workers asleep 2 ms an item";
+    let c = check_all(&case);
+    let r = &c.report;
+    assert_eq!(
+        r["bottleneck"]["reason"], "io",
+        "{who}: {}",
+        r["bottleneck"]
+    );
+    let recs = r["recommendations"].as_array().cloned().unwrap_or_default();
+    let rec = recs
+        .iter()
+        .find(|x| x["kind"] == "workers")
+        .unwrap_or_else(|| panic!("{who}: no num_workers advice: {recs:?}"));
+    let v = rec["value"].as_f64().unwrap_or(0.0);
+    let cores = r["machine"]["cores"].as_f64().unwrap_or(0.0);
+    assert!(v > cores && v <= (4.0 * cores).ceil(), "{who}: {rec}");
+    let now = r["observed_rate"].as_f64().unwrap_or(0.0);
+    let rate = rec["predicted_rate"].as_f64().unwrap_or(0.0);
+    assert!(rate > 2.0 * now, "{who}: {rate} from {now}");
+}

@@ -18,6 +18,10 @@ connection behind a lock), after its Python loop: the workers serialise on it. T
 then carry lock_wait_ns= and lock_item_ns=, all workers' time waiting to acquire it and their
 wall time in __getitem__, summed in shared memory.
 
+--item-sleep MS makes each __getitem__ sleep MS ms after its Python loop, holding nothing (a
+read from network storage: an object store, a remote file system): the workers wait off their
+cores, and more of them overlap more waits.
+
 --item-cpu sums every worker's thread CPU time in __getitem__ in shared memory: the GT lines
 carry it as workers_item_cpu_ns.
 """
@@ -52,6 +56,8 @@ def add_args(p):
                    help="threads in the training process that run Python without end")
     p.add_argument("--shared-lock", type=float, default=0.0, metavar="MS",
                    help="ms each item holds a lock all workers share (default: none)")
+    p.add_argument("--item-sleep", type=float, default=0.0, metavar="MS",
+                   help="ms each item sleeps, holding nothing (default: none)")
     p.add_argument("--item-cpu", action="store_true",
                    help="sum the workers' CPU time in __getitem__ (GT workers_item_cpu_ns)")
 
@@ -86,8 +92,9 @@ def py_loop(i, iters, seed):
 
 
 class PyTransform(Dataset):
-    def __init__(self, length, iters, seed):
+    def __init__(self, length, iters, seed, sleep_ms=0.0):
         self.length, self.iters, self.seed = length, iters, seed
+        self.sleep_s = sleep_ms / 1000.0
 
     def __len__(self):
         return self.length
@@ -99,6 +106,8 @@ class PyTransform(Dataset):
         out = torch.tensor(py_loop(i, self.iters, self.seed), dtype=torch.float32), i % 10
         if SHARED:
             self._locked_read()
+        if self.sleep_s > 0:
+            time.sleep(self.sleep_s)
         ITEM["wall"] += time.perf_counter_ns() - w
         ITEM["cpu"] += time.thread_time_ns() - c
         if ITEM_CPU and torch.utils.data.get_worker_info() is not None:
@@ -123,7 +132,7 @@ def build(args):
         ITEM_CPU["cpu"] = multiprocessing.Value("q", 0)
     for _ in range(args.gil_threads):
         threading.Thread(target=_spin, daemon=True).start()
-    return PyTransform(args.epoch_samples, args.pyiters, args.seed)
+    return PyTransform(args.epoch_samples, args.pyiters, args.seed, args.item_sleep)
 
 
 if __name__ == "__main__":
