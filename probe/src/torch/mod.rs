@@ -15,6 +15,7 @@ pub mod frames;
 pub mod gil;
 mod ident;
 pub mod loader;
+mod observed;
 mod owner;
 pub mod pace;
 mod recorder;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::frames::Stack;
 use super::gil::Wait;
-use super::sampler::{Observed, StageNs};
+use super::observed::{Observed, StageNs};
 use super::spans::{Role, Seen};
 use super::stage::Stage;
 use super::thread_cpu::CpuSplit;
