@@ -315,7 +315,9 @@ pub(crate) fn pool_bottleneck(
                 fmt::num(g.sigma)
             ),
         )
-    } else if off > crate::model::OFF_CORE_MOSTLY && job_cores(m) < BUSY_CORES * m.machine.cores {
+    } else if off > crate::model::OFF_CORE_MOSTLY
+        && m.process_cores() < BUSY_CORES * m.machine.cores
+    {
         (
             Limit::Io,
             format!(
@@ -353,15 +355,6 @@ fn off_core_share(m: &Model, p: Pool) -> f64 {
     }
     if all > 0.0 {
         off / all
-    } else {
-        0.0
-    }
-}
-
-/// The job's CPU over the window, in cores (0 when not recorded).
-fn job_cores(m: &Model) -> f64 {
-    if m.elapsed_s > 0.0 {
-        m.input.process_cpu_ns as f64 / 1e9 / m.elapsed_s
     } else {
         0.0
     }

@@ -79,7 +79,7 @@ pub(crate) fn diagnose(m: &Model, base: &Evaluation, observed: f64) -> Option<El
     let t = m.elapsed_s;
     let b = &m.machine.budget;
     let total = b.quota.map_or(b.machine, |q| q.min(b.machine));
-    let process = m.input.process_cpu_ns as f64 / 1e9 / t;
+    let process = m.process_cores();
     let gil = m.input.cpu.non_pipeline_gil_wait_ns as f64 / 1e9 / t;
     let gap = format!(
         "the pipeline delivered {} while its ops allow {}",

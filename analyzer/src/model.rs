@@ -215,6 +215,15 @@ impl Model {
         }
     }
 
+    /// The job's CPU over the window, in cores (0 when not recorded).
+    pub(crate) fn process_cores(&self) -> f64 {
+        if self.elapsed_s > 0.0 {
+            self.input.process_cpu_ns as f64 / 1e9 / self.elapsed_s
+        } else {
+            0.0
+        }
+    }
+
     fn r_eff(&self, u: usize, sc: &Scenario) -> f64 {
         let n = &self.nodes[u];
         if sc.clear_wait.contains(&u) {

@@ -276,7 +276,7 @@ pub fn summarise(
             .map(|(_, v)| v)
             .sum();
         // Two lower bounds: the process's CPU at the polls (a worker that
-        // ended between two polls keeps what the first read), and its
+        // ended between two polls keeps what the last poll read), and its
         // threads' at the sampler's reads, up to its last tick.
         let polled = w.cpu_ns.saturating_sub(b.cpu_ns);
         let ticked: u64 = crate::loader_cpu::worker_cpu(first, w).values().sum();

@@ -3,6 +3,8 @@
 //! Apart from `loader_waits.rs`, which tells the waits from the
 //! observations, so that the op totals stay out of the DataLoader's types.
 
+use std::collections::BTreeMap;
+
 use crate::dataloader::DataLoaderSummary;
 use crate::totals::OpTotals;
 
@@ -19,6 +21,25 @@ pub const SAMPLER_OP: &str = "Sampler";
 /// training loop without them), by stage.
 const STAGE_OPS: [(&str, &str); 2] = [("get_item", GET_ITEM_OP), ("collate", COLLATE_OP)];
 
+/// Calls `f` on each op of a stage the workers run, with that stage's
+/// figure in `workers` (in `training` without workers: the loop runs the
+/// stages then); 0 for a stage neither has.
+fn each_stage_op(
+    d: &DataLoaderSummary,
+    workers: &BTreeMap<String, f64>,
+    training: &BTreeMap<String, f64>,
+    ops: &mut [OpTotals],
+    mut f: impl FnMut(&mut OpTotals, f64),
+) {
+    let per_stage = if d.num_workers > 0 { workers } else { training };
+    for (stage, op) in STAGE_OPS {
+        let v = per_stage.get(stage).copied().unwrap_or(0.0);
+        for o in ops.iter_mut().filter(|o| o.model_name == op) {
+            f(o, v);
+        }
+    }
+}
+
 /// Charges the lock waits of the stages the workers run to their ops, as
 /// a TensorFlow op's lock waits are charged to it: the op model then sees
 /// a stage whose workers serialise on a lock (a `multiprocessing.Lock`
@@ -29,18 +50,10 @@ pub fn charge_locks(d: &DataLoaderSummary, ops: &mut [OpTotals]) {
     let Some(l) = &d.lock_wait else {
         return;
     };
-    let shares = if d.num_workers > 0 {
-        &l.workers
-    } else {
-        &l.training
-    };
-    for (stage, op) in STAGE_OPS {
-        let share = shares.get(stage).copied().unwrap_or(0.0);
-        for o in ops.iter_mut().filter(|o| o.model_name == op) {
-            let time = u64::try_from(o.processing_time_ns).unwrap_or(0) as f64;
-            o.waits.lock_wait_ns = (share * time) as u64;
-        }
-    }
+    each_stage_op(d, &l.workers, &l.training, ops, |o, share| {
+        let time = u64::try_from(o.processing_time_ns).unwrap_or(0) as f64;
+        o.waits.lock_wait_ns = (share * time) as u64;
+    });
 }
 
 /// Charges each stage's CPU time (`DataLoaderSummary::cpu`) to its op,
@@ -53,19 +66,13 @@ pub fn charge_cpu(d: &DataLoaderSummary, ops: &mut [OpTotals]) {
     let Some(c) = &d.cpu else {
         return;
     };
-    let stages = if d.num_workers > 0 {
-        &c.workers
-    } else {
-        &c.training
-    };
-    let ns = |cores: Option<&f64>| (cores.copied().unwrap_or(0.0) * d.window_s * 1e9) as u64;
-    for (stage, op) in STAGE_OPS {
-        for o in ops.iter_mut().filter(|o| o.model_name == op) {
-            o.cpu_ns = ns(stages.get(stage));
-        }
-    }
+    let ns = |cores: f64| (cores * d.window_s * 1e9) as u64;
+    each_stage_op(d, &c.workers, &c.training, ops, |o, cores| {
+        o.cpu_ns = ns(cores);
+    });
+    let pin = c.pin_memory.get("pin_memory").copied().unwrap_or(0.0);
     for o in ops.iter_mut().filter(|o| o.model_name == PIN_MEMORY_OP) {
-        o.cpu_ns = ns(c.pin_memory.get("pin_memory"));
+        o.cpu_ns = ns(pin);
     }
 }
 
