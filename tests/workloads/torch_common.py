@@ -152,6 +152,11 @@ def make_parser(module):
                    help="hold both loaders two attributes deep from the loop's locals only "
                         "(holder.data.train_loader, holder.data.val_loader), as a trainer's method "
                         "reaches them through self.data")
+    p.add_argument("--loops", action="store_true",
+                   help="take the training batches in a method of a TrainingEpochLoop and run "
+                        "validation in EvaluationLoop.run, whose locals hold the loaders only as "
+                        "fetcher._combined_loader._iterables (as Lightning's loops hold a "
+                        "DataModule's): no name says which loader is which")
     p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
                    help="derived: the training loader is of a class of the job's own, derived "
                         "from a mixin and then DataLoader (a validation loader stays torch's)")
@@ -169,6 +174,8 @@ def parse_args(module, argv=None):
         raise SystemExit("--stall-detail does not leave out --val-samples' passes")
     if a.new_loader and a.stall_detail:
         raise SystemExit("--stall-detail does not leave out --new-loader's builds")
+    if a.loops and (a.new_loader or a.two_deep or not a.val_samples):
+        raise SystemExit("--loops takes --val-samples, without --new-loader or --two-deep")
     if a.batch_size <= 0 or a.num_workers < 0:
         raise SystemExit("--batch-size must be positive and --num-workers non-negative")
     return a
@@ -482,11 +489,20 @@ def run(module, args):
     if args.two_deep:
         holder = _Holder(loader, val_loader)
         loader = val_loader = None
+    # --loops: only the loops' fetchers hold them (in a list: not looked into).
+    loops = []
+    if args.loops:
+        loops = [TrainingEpochLoop(loader), EvaluationLoop(val_loader)]
+        loader = val_loader = None
 
     def the_loader():
+        if loops:
+            return loops[0].fetcher._combined_loader._iterables
         return holder.data.train_loader if holder else loader
 
     def the_val():
+        if loops:
+            return loops[1].fetcher._combined_loader._iterables
         return holder.data.val_loader if holder else val_loader
 
     def validate():
@@ -496,8 +512,11 @@ def run(module, args):
         _emit(f"VAL epoch={st['epoch']} wall_ns={time.time_ns()}")
         t = time.perf_counter_ns()
         with _Blocked():
-            for _ in the_val():
-                st["val_root"] += 1
+            if loops:
+                loops[1].run(st)
+            else:
+                for _ in the_val():
+                    st["val_root"] += 1
         st["val_ns"] += time.perf_counter_ns() - t
         gt(time.time_ns(), st["root"], st["elems"])
 
@@ -569,8 +588,11 @@ def run(module, args):
                 return None
             raise
 
+    def take():
+        return loops[0].advance(next_or_stop) if loops else next_or_stop()
+
     built = time.time_ns()
-    x = next_or_stop()
+    x = take()
     if x is None:
         _emit("DONE root=0")
         return 0
@@ -594,7 +616,7 @@ def run(module, args):
     while now < deadline and not stop["flag"]:
         if args.max_batches and root >= args.max_batches:
             break
-        x = next_or_stop()
+        x = take()
         if x is None:
             break
         st["started"] = True
@@ -637,6 +659,43 @@ def run(module, args):
                 # active exception") is reported, not the run's failure.
                 print(f"torch_common: at shutdown: {e}", file=sys.stderr)
     return 0
+
+
+class _Combined:
+    """--loops: holds a loader as Lightning's CombinedLoader does, as `_iterables`."""
+
+    def __init__(self, loader):
+        self._iterables = loader
+
+
+class _Fetcher:
+    def __init__(self, loader):
+        self._combined_loader = _Combined(loader)
+
+
+class TrainingEpochLoop:
+    """--loops: the training batches are taken in advance(), as in Lightning's
+    _TrainingEpochLoop.advance, whose frame holds the loader only as a local fetcher's
+    _combined_loader._iterables; validation runs from inside it (at an epoch's end)."""
+
+    def __init__(self, loader):
+        self.fetcher = _Fetcher(loader)
+
+    def advance(self, take):
+        fetcher = self.fetcher  # noqa: F841 (held in the frame, as Lightning's is)
+        return take()
+
+
+class EvaluationLoop:
+    """--loops: a validation pass, as Lightning's _EvaluationLoop.run."""
+
+    def __init__(self, loader):
+        self.fetcher = _Fetcher(loader)
+
+    def run(self, st):
+        fetcher = self.fetcher
+        for _ in fetcher._combined_loader._iterables:
+            st["val_root"] += 1
 
 
 class _Holder:

@@ -25,7 +25,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::code::read_string;
+use super::code::{qualified, read_string};
 use super::objects::{
     user_addr, ObjError, Objects, TypeInfo, TPFLAGS_DICT_SUBCLASS, TPFLAGS_HEAPTYPE,
 };
@@ -62,7 +62,8 @@ pub struct Found {
     pub type_name: String,
     /// The thread's `thread_id` (its pthread id).
     pub thread_id: u64,
-    /// The frame's function.
+    /// The frame's function, qualified where the version says its class
+    /// (3.11+).
     pub function: String,
     /// `local NAME`, `stack N`, or either with `.ATTR` or `["KEY"]` after
     /// it; `global NAME` with up to three of those after it.
@@ -166,16 +167,25 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
             (Some((key, _)), _) => format!("{}.{}", slot(), name(key)),
         };
         // Reporting each way: the same instance in several frames (`self`)
-        // names its attributes the same way in each. (Otherwise `seen`
-        // already let this object through only once.)
-        if self.how.every_way && self.out.iter().any(|f| f.addr == addr && f.via == via) {
+        // names its attributes the same way in each, and each frame's
+        // function says something of its own (a method of a training loop
+        // holds the training loader as `self._combined_loader`, one of an
+        // evaluation loop the other). (Otherwise `seen` already let this
+        // object through only once.)
+        let function = objs.code_name(s.code);
+        if self.how.every_way
+            && self
+                .out
+                .iter()
+                .any(|f| f.addr == addr && f.via == via && f.function == function)
+        {
             return false;
         }
         let f = Found {
             addr,
             type_name,
             thread_id: at.thread_id,
-            function: objs.code_name(s.code),
+            function,
             via,
         };
         let done = (self.enough)(&f);
@@ -690,12 +700,23 @@ impl Objects {
         }))
     }
 
+    /// The code's name, qualified where the version has `co_qualname`
+    /// (3.11+: `_TrainingEpochLoop.advance`): the class of a method says
+    /// what its frame is for, where its own name (`advance`) does not.
     fn code_name(&self, code: u64) -> String {
-        self.mem
-            .u64(code + u64::from(self.off.co_name))
-            .ok()
-            .and_then(|n| read_string(&self.mem, &self.off, n))
-            .unwrap_or_else(|| "?".into())
+        let read = |at: u32| {
+            self.mem
+                .u64(code + u64::from(at))
+                .ok()
+                .and_then(|n| read_string(&self.mem, &self.off, n))
+        };
+        let Some(name) = read(self.off.co_name) else {
+            return "?".into();
+        };
+        let qualname = (self.off.co_qualname != NONE)
+            .then(|| read(self.off.co_qualname))
+            .flatten();
+        qualified(name, qualname)
     }
 
     /// Slot `i`'s name: 3.11+'s `co_localsplusnames` names them all;

@@ -11,7 +11,8 @@
 //!
 //! Which loader is the training one: where the frames hold several
 //! DataLoaders (`train_loader`, `val_loader` in a function's locals or a
-//! trainer's attributes), the one the names they are bound to say, else
+//! trainer's attributes), the one the names they are bound to say (or the
+//! functions of the frames that hold them: `train_one_epoch`), else
 //! the one whose sampler shuffles, when exactly one does (a validation
 //! loader keeps its order); see [`super::role`]. Attached while the loop
 //! is in a validation pass, the recording then waits for the training
@@ -280,11 +281,19 @@ pub(super) fn training_dataset(objs: &Objects) -> Result<Option<u64>, ObjError> 
                 cands.len() - 1
             }
         };
-        for r in role::roles_of(&l.via) {
+        // The names it is bound to, and the function of the frame that
+        // binds it (`train_one_epoch`, Lightning's
+        // `_TrainingEpochLoop.advance` and `_EvaluationLoop.run`, whose
+        // locals name a DataModule's loaders only `_iterables`).
+        for r in role::roles_of(&l.via)
+            .into_iter()
+            .chain(role::roles_of(&l.function))
+        {
             if !cands[at].roles.contains(&r) {
                 cands[at].roles.push(r);
             }
         }
+        debug!(addr = l.addr, via = %l.via, function = %l.function, "a way to a DataLoader");
     }
     debug!(
         ?cands,

@@ -1,9 +1,12 @@
 //! What a DataLoader is for, by the names a job binds it to: a training
 //! script names its loaders (`train_loader`, `val_loader`,
 //! `eval_dataloader`, `loaders["test"]`, Lightning's `train_dataloaders`
-//! and `val_dataloaders`). Where the samplers do not tell the training
-//! loader (none shuffles: an `IterableDataset`, a streaming one, or a
-//! script that keeps its order), the names still can.
+//! and `val_dataloaders`), and the functions that hold them
+//! (`train_one_epoch`, `evaluate`; Lightning's `_TrainingEpochLoop` and
+//! `_EvaluationLoop` methods, where a DataModule's loaders are bound only
+//! as `_iterables`). Where the samplers do not tell the training loader
+//! (none shuffles: an `IterableDataset`, a streaming one, or a script that
+//! keeps its order), the names still can.
 
 /// What a name says a loader is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,16 +35,18 @@ const EVALUATION: &[&str] = &[
     "val",
     "vali",
     "valid",
+    "validate",
     "validation",
     "eval",
+    "evaluate",
     "evaluation",
     "test",
     "testing",
 ];
 
 /// The roles the names along a binding's path (`local self.val_loader`,
-/// `global app.loaders["train"]`, as [`crate::python::Found`]'s `via`)
-/// say: each name is split into words (`_`, digits, case changes) and a
+/// `global app.loaders["train"]`, as [`crate::python::Found`]'s `via`),
+/// or a function's qualified name (`_EvaluationLoop.run`), say: each name is split into words (`_`, digits, case changes) and a
 /// word is a role's when it is one of its words, alone or followed by a
 /// data word (`trainloader`). `trainer`, `value` and `self` say nothing.
 pub(super) fn roles_of(via: &str) -> Vec<Role> {
@@ -146,6 +151,16 @@ mod tests {
             ("stack 2", vec![]),
             ("local loader2", vec![]),
             ("local train2_loader", vec![Training]),
+            // Functions: the frame that holds the loader.
+            ("train_one_epoch", vec![Training]),
+            ("evaluate", vec![Evaluation]),
+            ("_TrainingEpochLoop.advance", vec![Training]),
+            ("_TrainingEpochLoop.on_advance_end", vec![Training]),
+            ("_EvaluationLoop.run", vec![Evaluation]),
+            ("_FitLoop.run", vec![]),
+            ("Trainer.fit", vec![]),
+            ("_MultiProcessingDataLoaderIter.__next__", vec![]),
+            ("CombinedLoader.__next__", vec![]),
         ] {
             assert_eq!(roles_of(via), want, "{via}");
         }
