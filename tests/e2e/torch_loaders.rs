@@ -31,7 +31,7 @@ fn dataloader_followed_by_its_name_where_neither_shuffles() {
 /// DataModule's loaders, they are held only as `_iterables` of the loops'
 /// fetchers, in the frames of `TrainingEpochLoop.advance` and
 /// `EvaluationLoop.run` (`--loops`). The classes of the methods that hold
-/// them tell which (3.11+'s qualified names). Before they were read, the
+/// them tell which. Before they were read, the
 /// validation loader running at attach was followed, and a Lightning job
 /// so built counted 29.8% over its training steps in 1 of 4 runs.
 #[test]

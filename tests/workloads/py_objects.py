@@ -197,13 +197,27 @@ def main():
     # enumerate object, which holds the iterator.
     for i, step in enumerate(LoopIter()):
         if step == 1:
-            print("READY")
-            sys.stdout.flush()
+            Runner().wait(spinners)
+    print(it, loader, d, vals, many)
+
+
+class MethodIter:
+    def __init__(self):
+        self._num_yielded = 7
+
+
+class Runner:
+    def wait(self, spinners):
+        """Waits in a method's frame, which holds an iterator of its own: found there,
+        the frame named as the method of its class on every version."""
+        mine = MethodIter()
+        print("FIND " + json.dumps({"id": hex(id(mine)), "type": "MethodIter", "via": "method"}))
+        print("READY")
+        sys.stdout.flush()
         if spinners:
             while True:
                 time.sleep(0.001)
         time.sleep(3600)
-    print(it, loader, d, vals, many)
 
 
 def _spin():

@@ -62,8 +62,8 @@ pub struct Found {
     pub type_name: String,
     /// The thread's `thread_id` (its pthread id).
     pub thread_id: u64,
-    /// The frame's function, qualified where the version says its class
-    /// (3.11+).
+    /// The frame's function, a method's with its class
+    /// (`Class.method`).
     pub function: String,
     /// `local NAME`, `stack N`, or either with `.ATTR` or `["KEY"]` after
     /// it; `global NAME` with up to three of those after it.
@@ -172,7 +172,7 @@ impl<F: Fn(&Found) -> bool> Look<'_, F> {
         // holds the training loader as `self._combined_loader`, one of an
         // evaluation loop the other). (Otherwise `seen` already let this
         // object through only once.)
-        let function = objs.code_name(s.code);
+        let function = objs.function_name(s);
         if self.how.every_way
             && self
                 .out
@@ -700,9 +700,31 @@ impl Objects {
         }))
     }
 
-    /// The code's name, qualified where the version has `co_qualname`
-    /// (3.11+: `_TrainingEpochLoop.advance`): the class of a method says
-    /// what its frame is for, where its own name (`advance`) does not.
+    /// A frame's function as a method's qualified name reads: 3.11+'s
+    /// `co_qualname` (`_TrainingEpochLoop.advance`); on 3.9/3.10, which
+    /// have none, the class of the frame's `self` (its first local, so
+    /// named) before the code's name: the class of the object, which may
+    /// be a subclass of the one that defines the method. The class of a
+    /// method says what its frame is for, where its own name (`advance`)
+    /// does not.
+    fn function_name(&self, s: &Slots) -> String {
+        let name = self.code_name(s.code);
+        if self.off.co_qualname != NONE || s.nlocals == 0 {
+            return name;
+        }
+        let Some(&obj) = s.words.first().filter(|&&w| user_addr(w)) else {
+            return name;
+        };
+        if self.local_name(s.code, 0) != "self" {
+            return name;
+        }
+        match self.type_name(obj) {
+            Ok(class) => format!("{class}.{name}"),
+            Err(_) => name,
+        }
+    }
+
+    /// The code's name, qualified where the version has `co_qualname`.
     fn code_name(&self, code: u64) -> String {
         let read = |at: u32| {
             self.mem
