@@ -16,7 +16,7 @@ use super::count::Count;
 use super::ident::Ident;
 use super::owner::{self, dataset_of, Owners};
 use super::sampler::{LoaderReader, LoaderState};
-use crate::python::{Found, Objects, PyProcess, PyValue};
+use crate::python::{Found, ObjError, Objects, PyProcess, PyValue};
 
 /// The iterator classes of torch.utils.data.dataloader.
 const ITER_TYPES: &[&str] = &[
@@ -68,7 +68,19 @@ pub struct IterReader {
     /// (its `Ident` unchanged): the loop's calls on that object are the
     /// followed loader's without another look.
     unchanged: Cell<bool>,
+    /// The cached slots failed once since the last count read through
+    /// them, and were looked up again by name (`yielded`).
+    relooked: bool,
+    /// Looks through the frames in a row that a read ended (the frames
+    /// changed while they were read): up to `TORN_LOOKS` of them, the
+    /// next look comes at the next read, not after the wait of a look
+    /// that found nothing (`look_again`).
+    torn: u32,
 }
+
+/// Looks in a row, each cut short by a read, the first two followed by
+/// another at once.
+const TORN_LOOKS: u32 = 3;
 
 /// The cached slots, valid while the iterator is `ident`.
 struct Slots {
@@ -87,6 +99,11 @@ struct Slots {
     /// then point into freed memory (an iterator read while `__init__`
     /// adds its attributes once kept reading 256 there).
     tables: Option<([u64; 2], [u64; 2])>,
+    /// Cached while the iterator's `__init__` runs: a map-style iterator
+    /// with workers that has no `_send_idx` yet (its `_reset`, at the
+    /// end of `__init__`, sets it, after the workers are started). Its
+    /// counts are looked up by name again until it has.
+    pending_sent: bool,
 }
 
 /// The iterator's settings and workers as last read by name.
@@ -128,7 +145,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         iter,
         iter_type,
         holder,
-    }) = locate(&objs, None, training)
+    }) = locate(&objs, None, training).ok().flatten()
     else {
         return Ok(None);
     };
@@ -150,6 +167,8 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         replaced: 0,
         hint: None,
         unchanged: Cell::new(false),
+        relooked: false,
+        torn: 0,
     }))
 }
 
@@ -166,7 +185,11 @@ struct Located {
 /// and the next one can both be alive), else `stale` itself. Once a loader
 /// is followed (`dataset`), only its iterators: another loader's (a
 /// validation loop's) is not the next epoch of this one.
-fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Located> {
+fn locate(
+    objs: &Objects,
+    stale: Option<u64>,
+    dataset: Option<u64>,
+) -> Result<Option<Located>, ObjError> {
     // The one the look ended at, if any: its dataset is read once (an
     // attribute lookup by name, a read per key before it).
     let hit = Cell::new(None);
@@ -178,28 +201,45 @@ fn locate(objs: &Objects, stale: Option<u64>, dataset: Option<u64>) -> Option<Lo
         }
         yes
     };
-    let found = match objs.find_on_frames_until(ITER_TYPES, wanted) {
-        Ok(f) => f,
-        Err(e) => {
+    let found = objs
+        .find_on_frames_until(ITER_TYPES, wanted)
+        .inspect_err(|e| {
             debug!("looking for the DataLoader iterator: {e}");
-            return None;
-        }
-    };
+        })?;
     let pick = hit.get().or(match dataset {
         None => found.first().map(|f| f.addr),
         Some(_) => stale,
     });
-    let f = found.iter().find(|f| Some(f.addr) == pick)?;
-    let ty = objs.type_of(f.addr).ok()?;
+    let Some(f) = found.iter().find(|f| Some(f.addr) == pick) else {
+        return Ok(None);
+    };
+    let Ok(ty) = objs.type_of(f.addr) else {
+        return Ok(None);
+    };
     debug!(addr = f.addr, via = %f.via, function = %f.function, thread = f.thread_id, "DataLoader iterator");
-    Some(Located {
+    Ok(Some(Located {
         iter: f.addr,
         iter_type: ty.addr,
         holder: f.thread_id,
-    })
+    }))
 }
 
 impl IterReader {
+    /// What a look through the frames found; a look that a read ended
+    /// counts towards `look_again`.
+    fn looked_through(&mut self, look: Result<Option<Located>, ObjError>) -> Option<Located> {
+        match look {
+            Ok(found) => {
+                self.torn = 0;
+                found
+            }
+            Err(_) => {
+                self.torn += 1;
+                None
+            }
+        }
+    }
+
     /// The int (or bool) at `at`.
     fn int_of(&self, at: u64) -> Option<i128> {
         match self.objs.value(at).ok()? {
@@ -340,6 +380,7 @@ impl IterReader {
                     "_send_idx",
                     "_tasks_outstanding",
                     "_dataset_kind",
+                    "_num_workers",
                 ],
             )
             .ok()?;
@@ -353,6 +394,8 @@ impl IterReader {
             .filter(|_| kind == Some(0))
             .map_or((None, None), |(slot, key)| (Some(slot), key));
         let outstanding = found[2].map(|(slot, _)| slot);
+        let workers = found[4].and_then(|(slot, _)| self.int_in(slot));
+        let pending_sent = kind == Some(0) && workers.is_some_and(|n| n > 0) && sent.is_none();
         if snapshot(&self.objs)? != (ident.clone(), tables) {
             return None;
         }
@@ -364,6 +407,7 @@ impl IterReader {
             keys: [yielded_key, sent_key],
             outstanding,
             tables,
+            pending_sent,
         });
         let n = u64::try_from(self.objs.long(at).ok()?).ok()?;
         let sent = match sent {
@@ -418,6 +462,10 @@ impl LoaderReader for IterReader {
         self.hint.is_some()
     }
 
+    fn look_again(&self) -> bool {
+        (1..TORN_LOOKS).contains(&self.torn)
+    }
+
     fn another_loader_began(&mut self) -> bool {
         let began = self.owners.take_news();
         self.prompted |= began;
@@ -425,7 +473,30 @@ impl LoaderReader for IterReader {
     }
 
     fn yielded(&mut self) -> Option<Count> {
-        let Some((yielded, sent)) = self.counts_fast() else {
+        // Slots cached while the iterator's `__init__` ran go stale as it
+        // adds its attributes (its dict grows, its values move), and lack
+        // `_send_idx` until its end: read through them, the iterator read
+        // as lost until the next full read, 100 ms on. They are looked up
+        // by name again while `_send_idx` is pending, and once after they
+        // fail, if the object there is still the followed iterator.
+        let fast = self.counts_fast();
+        let pending = self.slots.as_ref().is_some_and(|sl| sl.pending_sent);
+        let counts = if fast.is_some() && !pending {
+            self.relooked = false;
+            fast
+        } else if pending || !self.relooked {
+            // Once per loss: another loader's iterator where this one was
+            // (a validation pass) is not looked at again at every read.
+            self.relooked = true;
+            if self.still_there() {
+                self.counts_slow().or(fast)
+            } else {
+                fast
+            }
+        } else {
+            fast
+        };
+        let Some((yielded, sent)) = counts else {
             tracing::trace!(iter = self.iter, "no batch count through the cached slots");
             return None;
         };
@@ -475,7 +546,7 @@ impl LoaderReader for IterReader {
             let mut found = if freed {
                 None
             } else {
-                locate(&self.objs, stale, followed)
+                self.looked_through(locate(&self.objs, stale, followed))
             };
             // Nothing of the followed loader but what was known: it is
             // gone if its dataset was freed, or if no frame holds it (a
@@ -493,7 +564,7 @@ impl LoaderReader for IterReader {
                 );
                 self.owners.forget();
                 self.replaced += 1;
-                found = locate(&self.objs, None, None);
+                found = self.looked_through(locate(&self.objs, None, None));
                 // Its loader is the one followed now, though the iterator
                 // may be one already known (its state not read again).
                 if let Some(d) = found.as_ref().and_then(|l| dataset_of(&self.objs, l.iter)) {

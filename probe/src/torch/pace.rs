@@ -35,6 +35,12 @@ const PACED_EPOCH: f64 = 8.0;
 /// Sampler periods between two ticks once the cost meter slows the
 /// sampler: its stacks are read a quarter as often.
 const SLOWED: u32 = 4;
+/// What the loop's best pace keeps of itself each period (`Schedule`'s
+/// `peak`): a loop that slowed for good reads as slow within ~15 periods
+/// (0.6 s at 25 Hz), one held back for a few periods (its workers
+/// starting, as each epoch's are without `persistent_workers`) keeps its
+/// pace meanwhile.
+const PEAK_KEPT: f64 = 0.9;
 
 /// Where the sampler stands between two ticks: count reads a period
 /// (`reads_per_period`), those left in this period, and the periods left
@@ -56,6 +62,12 @@ pub struct Schedule {
     /// The count last read in the last period, to see how fast the loop
     /// goes.
     at_period: Option<Count>,
+    /// The most batches the loop took in a period lately (`PEAK_KEPT`).
+    /// A loop held back by its workers' start-up takes a period or more
+    /// for an epoch's first batch, then the rest within milliseconds:
+    /// weighed by the last period alone, the reads fell to one a period
+    /// just before the burst, and an 8-batch epoch often ended unread.
+    peak: f64,
 }
 
 impl Default for Schedule {
@@ -66,6 +78,7 @@ impl Default for Schedule {
             periods_left: 1,
             periods: 1,
             at_period: None,
+            peak: 0.0,
         }
     }
 }
@@ -86,9 +99,10 @@ impl Schedule {
     /// soon; the period ends where it was due (the read just made counts
     /// as one of its reads).
     pub fn lost(&mut self) {
-        if self.per_period == 1 {
+        if self.per_period < COUNTS_PER_TICK {
+            let p = self.per_period.max(1);
+            self.left = self.left.saturating_sub(1) * COUNTS_PER_TICK / p + 1;
             self.per_period = COUNTS_PER_TICK;
-            self.left = self.left.saturating_sub(1) * COUNTS_PER_TICK + 1;
         }
     }
 
@@ -106,7 +120,10 @@ impl Schedule {
             return false;
         }
         let (end, ran_out) = ends();
-        self.per_period = reads_per_period(self.at_period, last, end, ran_out);
+        let took = taken(self.at_period, last);
+        self.peak = (self.peak * PEAK_KEPT).max(took as f64);
+        let pace = took.max(self.peak.floor() as u64);
+        self.per_period = reads_per_period(self.at_period, last, end, ran_out, pace);
         self.at_period = last;
         self.left = self.per_period;
         self.periods_left = self.periods_left.saturating_sub(1);
@@ -189,22 +206,34 @@ impl Jitter {
     }
 }
 
+/// Batches the loop took between two counts of the same iterator (0
+/// otherwise).
+fn taken(before: Option<Count>, now: Option<Count>) -> u64 {
+    match (before, now) {
+        (Some(b), Some(n)) if b.iter == n.iter => n.yielded.saturating_sub(b.yielded),
+        _ => 0,
+    }
+}
+
 /// Count reads in the next period: `before` was the last read a period
 /// ago, `now` the last; `end` is where the last epoch ended, `ran_out`
-/// where the sampler ran out in an epoch seen drained (`count.rs`).
+/// where the sampler ran out in an epoch seen drained (`count.rs`);
+/// `pace`, the batches a period the loop may take (its best of late, at
+/// least what it took in the last).
 fn reads_per_period(
     before: Option<Count>,
     now: Option<Count>,
     end: Option<u64>,
     ran_out: Option<u64>,
+    pace: u64,
 ) -> u32 {
-    let n = counts_per_period(before, now);
+    let n = counts_per_period(before, now, pace);
     if n == 1 {
         return 1;
     }
-    match (reach(before, now, end, ran_out), before, now) {
+    match (reach(before, now, end, ran_out, pace), before, now) {
         (Reach::Far, ..) => 1,
-        (Reach::Near, Some(b), Some(n)) if ran_out.is_some() => near_end_reads(b, n, end),
+        (Reach::Near, Some(_), Some(n)) if ran_out.is_some() => near_end_reads(n, end, pace),
         (Reach::Near, ..) => COUNTS_NEAR_END,
         (Reach::Settled | Reach::Unknown, ..) => n,
     }
@@ -228,8 +257,8 @@ fn reads_per_period(
 /// as close as they go too: its whole life is a few periods, its iterator
 /// found within them, and one period's count says little of its pace;
 /// close reads of so short an epoch cost the probe little.
-fn near_end_reads(before: Count, now: Count, end: Option<u64>) -> u32 {
-    let per_period = now.yielded.saturating_sub(before.yielded) as f64;
+fn near_end_reads(now: Count, end: Option<u64>, pace: u64) -> u32 {
+    let per_period = pace as f64;
     if end.is_some_and(|e| (e as f64) < PACED_EPOCH * per_period) {
         return COUNTS_NEAR_END;
     }
@@ -239,10 +268,11 @@ fn near_end_reads(before: Count, now: Count, end: Option<u64>) -> u32 {
 }
 
 /// Count reads in the next period: one while the loop took at most one
-/// batch in the last (on the same iterator), else `COUNTS_PER_TICK`.
-fn counts_per_period(before: Option<Count>, now: Option<Count>) -> u32 {
+/// batch a period (on the same iterator; `pace`: its best of late), else
+/// `COUNTS_PER_TICK`.
+fn counts_per_period(before: Option<Count>, now: Option<Count>, pace: u64) -> u32 {
     match (before, now) {
-        (Some(b), Some(n)) if b.iter == n.iter && n.yielded <= b.yielded + 1 => 1,
+        (Some(b), Some(n)) if b.iter == n.iter && n.yielded <= b.yielded + 1 && pace <= 1 => 1,
         _ => COUNTS_PER_TICK,
     }
 }
@@ -269,7 +299,7 @@ enum Reach {
 /// Where the epoch of `now` stands against `end`, where the last epoch
 /// ended (a map-style loader's epochs are as long as its sampler), and
 /// `ran_out`, where its sampler ran out in an epoch seen drained. Near
-/// once less than three times the batches of the last period (`margin`),
+/// once less than three periods' batches at the loop's `pace` (`margin`),
 /// past those already sent to the workers, are left; settled once it
 /// sent as many as `ran_out`: it closes there (`count.rs`). The count
 /// reads were half of the probe's CPU on a DataLoader job, with their
@@ -288,6 +318,7 @@ fn reach(
     now: Option<Count>,
     end: Option<u64>,
     ran_out: Option<u64>,
+    pace: u64,
 ) -> Reach {
     const LONG: u64 = 100;
     let (Some(b), Some(n)) = (before, now) else {
@@ -300,7 +331,7 @@ fn reach(
         return Reach::Settled;
     }
     let ahead = n.in_flight();
-    let margin = 3 * (n.yielded - b.yielded) + ahead + 2;
+    let margin = 3 * (n.yielded - b.yielded).max(pace) + ahead + 2;
     match end {
         Some(end) if n.yielded.saturating_add(margin) < end => Reach::Far,
         Some(end) if n.yielded <= end && n.sent.is_some() => Reach::Near,
@@ -331,7 +362,7 @@ mod tests {
                 sent: Some(sent),
             })
         };
-        let r = |b, n, end| reach(b, n, end, None);
+        let r = |b, n, end| reach(b, n, end, None, 0);
         // 4 batches a period, 64 an epoch, 4 sent ahead: far at 40, near
         // from 50.
         assert_eq!(r(sent(1, 36, 40), sent(1, 40, 44), Some(64)), Reach::Far);
@@ -339,19 +370,21 @@ mod tests {
         // More sent ahead bring the end nearer.
         assert_eq!(r(sent(1, 36, 48), sent(1, 40, 52), Some(64)), Reach::Near);
         // Settled: it sent as many as an epoch seen drained.
-        let settled = reach(sent(1, 58, 62), sent(1, 60, 64), Some(64), Some(64));
+        let settled = reach(sent(1, 58, 62), sent(1, 60, 64), Some(64), Some(64), 0);
         assert_eq!(settled, Reach::Settled);
         // Near: reads by how fast the loop takes the batches in flight.
-        let near = |b, n| reads_per_period(b, n, Some(64), Some(64));
+        let near = |b: Option<Count>, n: Option<Count>| {
+            reads_per_period(b, n, Some(64), Some(64), taken(b, n))
+        };
         assert_eq!(near(sent(1, 46, 50), sent(1, 50, 54)), 4);
         assert_eq!(near(sent(1, 30, 34), sent(1, 50, 54)), 16);
         assert_eq!(near(sent(1, 47, 51), sent(1, 50, 54)), 3);
         assert_eq!(near(sent(1, 48, 52), sent(1, 50, 58)), 1);
         // A short epoch (8 batches at 3 a period): as close as they go.
-        let short = reads_per_period(sent(1, 1, 5), sent(1, 4, 7), Some(8), Some(8));
+        let short = reads_per_period(sent(1, 1, 5), sent(1, 4, 7), Some(8), Some(8), 3);
         assert_eq!(short, COUNTS_NEAR_END);
         // No epoch seen drained yet: as close as they go.
-        let unlearned = reads_per_period(sent(1, 48, 52), sent(1, 50, 58), Some(64), None);
+        let unlearned = reads_per_period(sent(1, 48, 52), sent(1, 50, 58), Some(64), None, 2);
         assert_eq!(unlearned, COUNTS_NEAR_END);
         // Without workers nothing drains: near reads as not known.
         assert_eq!(r(c(1, 36), c(1, 40), Some(64)), Reach::Far);
@@ -394,27 +427,71 @@ mod tests {
         s.ticked(false);
         // Near the end, weighed at the period's end, not the tick's: 3
         // batches a period, 4 in flight, 3 reads.
-        assert!(s.read(sent(52), ends));
-        assert_eq!(s.per_period(), 16);
-        s.ticked(false);
-        for _ in 0..15 {
-            assert!(!s.read(sent(53), ends));
+        let mut s = Schedule::default();
+        for _ in 0..3 {
+            assert!(!s.read(sent(46), ends));
         }
-        assert!(s.read(sent(55), ends));
+        assert!(s.read(sent(49), ends));
+        s.ticked(false);
+        for _ in 0..3 {
+            assert!(!s.read(sent(50), ends));
+        }
+        assert!(s.read(sent(52), ends));
         assert_eq!(s.per_period(), 3);
-        // Lost while reading once a period: read as often as when nothing
-        // is known, the period's end kept where it was due.
+        // Held back for a period (one batch in it): the loop's pace of
+        // late still counts, 2 reads (2.7 batches a period kept).
         s.ticked(false);
         for _ in 0..2 {
-            assert!(!s.read(sent(55), ends));
+            assert!(!s.read(sent(52), ends));
         }
-        assert!(s.read(sent(56), ends));
-        assert_eq!(s.per_period(), 1);
+        assert!(s.read(sent(53), ends));
+        assert_eq!(s.per_period(), 2);
+        // Lost: read as often as when nothing is known, the period's end
+        // kept where it was due.
         s.ticked(false);
         s.lost();
         assert_eq!(s.per_period(), COUNTS_PER_TICK);
-        assert!(s.read(None, ends));
+        assert!(!s.read(None, ends));
         assert_eq!(s.per_period(), COUNTS_PER_TICK);
+    }
+
+    #[test]
+    fn a_loop_held_back_for_a_period_keeps_its_pace() {
+        let sent = |yielded, sent| {
+            Some(Count {
+                iter: 1,
+                yielded,
+                sent: Some(sent),
+            })
+        };
+        // An 8-batch epoch whose first batch took its workers' start-up:
+        // one batch in the last period, 4 in flight. At 4 batches a
+        // period of late the rest may come within the next: read near
+        // it, not once.
+        assert_eq!(
+            reads_per_period(sent(0, 4), sent(1, 5), Some(8), Some(8), 1),
+            1
+        );
+        assert!(reads_per_period(sent(0, 4), sent(1, 5), Some(8), Some(8), 4) > 1);
+        // A loop slow for good: its best pace decays to one a period.
+        let mut s = Schedule::default();
+        let ends = || (Some(64), Some(64));
+        let mut y = 0;
+        for _ in 0..4 {
+            s.read(sent(y, y + 4), ends);
+        }
+        y += 8;
+        for _ in 0..4 {
+            s.read(sent(y, y + 4), ends);
+        }
+        assert_eq!(s.per_period(), 1, "far from the end");
+        for _ in 0..30 {
+            y += 1;
+            for _ in 0..s.per_period() {
+                s.read(sent(y, y + 4), ends);
+            }
+        }
+        assert!(s.peak < 2.0, "{}", s.peak);
     }
 
     #[test]
@@ -442,11 +519,11 @@ mod tests {
     #[test]
     fn counts_are_read_between_ticks_only_for_a_fast_loop() {
         // At most one batch a period: one read a period loses nothing more.
-        assert_eq!(counts_per_period(c(1, 10), c(1, 11)), 1);
-        assert_eq!(counts_per_period(c(1, 10), c(1, 10)), 1);
+        assert_eq!(counts_per_period(c(1, 10), c(1, 11), 0), 1);
+        assert_eq!(counts_per_period(c(1, 10), c(1, 10), 0), 1);
         // Faster, a new iterator, or nothing known: read between ticks.
-        assert_eq!(counts_per_period(c(1, 10), c(1, 12)), COUNTS_PER_TICK);
-        assert_eq!(counts_per_period(c(1, 10), c(2, 0)), COUNTS_PER_TICK);
-        assert_eq!(counts_per_period(None, c(1, 0)), COUNTS_PER_TICK);
+        assert_eq!(counts_per_period(c(1, 10), c(1, 12), 0), COUNTS_PER_TICK);
+        assert_eq!(counts_per_period(c(1, 10), c(2, 0), 0), COUNTS_PER_TICK);
+        assert_eq!(counts_per_period(None, c(1, 0), 0), COUNTS_PER_TICK);
     }
 }

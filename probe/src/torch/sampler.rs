@@ -61,6 +61,13 @@ pub trait LoaderReader: Send {
     fn hinted(&self) -> bool {
         false
     }
+    /// Whether the last look through the frames was cut short by a read
+    /// (the frames changed while read): the next read looks again at
+    /// once, not after a look's wait. A loader made anew every 8 batches
+    /// (~120 ms) otherwise lost the whole epoch in that wait.
+    fn look_again(&self) -> bool {
+        false
+    }
 }
 
 pub struct StageSampler {
@@ -260,7 +267,7 @@ impl Run {
             // the cost of a read by name, not of a look.
             let read = began
                 || renewed
-                || (lost && self.reader.hinted())
+                || (lost && (self.reader.hinted() || self.reader.look_again()))
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
                 } else if lost {
