@@ -65,7 +65,7 @@ pub(crate) fn workers_now(m: &Model, cur: f64) -> u32 {
 fn per_worker(m: &Model, p: Pool) -> Option<f64> {
     let t: f64 = [p.collate, p.get_item]
         .iter()
-        .filter_map(|&u| m.nodes[u].r1.map(|r| r * m.nodes[u].thread_share()))
+        .filter_map(|&u| m.nodes[u].thread_r1())
         .map(|r| 1.0 / r)
         .sum();
     (t > 0.0 && t.is_finite()).then(|| 1.0 / t)

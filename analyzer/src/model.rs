@@ -227,7 +227,7 @@ impl Model {
     fn r_eff(&self, u: usize, sc: &Scenario) -> f64 {
         let n = &self.nodes[u];
         if sc.clear_wait.contains(&u) {
-            n.r1.unwrap_or(0.0) * n.thread_share()
+            n.thread_r1().unwrap_or(0.0)
         } else {
             n.r1_eff
         }
@@ -266,8 +266,8 @@ impl Model {
             }
         }
         if !cleared && n.sigma > 0.0 {
-            if let (Some(c), Some(r1)) = (cpu, n.r1) {
-                if r1 * n.thread_share() * p >= c * CONTENTION_SLOWDOWN {
+            if let (Some(c), Some(r)) = (cpu, n.thread_r1()) {
+                if r * p >= c * CONTENTION_SLOWDOWN {
                     return if n.gil_s >= n.lock_s {
                         Limit::Gil
                     } else {

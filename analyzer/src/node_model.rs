@@ -194,7 +194,7 @@ impl NodeModel {
 
     /// The share of a thread's own time (lock and GIL waits aside) it is
     /// on a core: 1 but for a DataLoader stage whose threads wait off
-    /// their cores. R1 times it is one thread's rate.
+    /// their cores.
     pub(crate) fn thread_share(&self) -> f64 {
         let t = self.busy_s + self.offcpu_s;
         if t > 0.0 {
@@ -202,6 +202,12 @@ impl NodeModel {
         } else {
             1.0
         }
+    }
+
+    /// One thread's rate, root elements/s: R1 (per core) times the share
+    /// of its time the thread is on a core.
+    pub(crate) fn thread_r1(&self) -> Option<f64> {
+        self.r1.map(|r| r * self.thread_share())
     }
 
     /// Times, observed rate, per-core rate R1 and the read-stream rate of an

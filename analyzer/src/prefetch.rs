@@ -41,7 +41,7 @@ pub(crate) fn analyze(model: &Model, rate: f64) -> PrefetchAnalysis {
         .iter()
         // One element's time through each op: off a core too where its
         // threads wait there (a DataLoader stage's reads).
-        .filter_map(|&u| model.nodes[u].r1.map(|r| r * model.nodes[u].thread_share()))
+        .filter_map(|&u| model.nodes[u].thread_r1())
         .map(|r| 1.0 / r)
         .filter(|s| s.is_finite())
         .sum();
