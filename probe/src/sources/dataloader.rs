@@ -679,6 +679,7 @@ mod tests {
             iter: 0x10,
             yielded: 10,
             sent: None,
+            first_worker: None,
         });
         o.training.insert(Stage::GetItem, 700);
         o.training.insert(Stage::Collate, 100);

@@ -29,7 +29,8 @@ use std::collections::HashMap;
 /// One read of an iterator's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Count {
-    /// The iterator object.
+    /// The iterator object: its address, and above it which of the
+    /// iterators seen at that address it is (`ident::Incarnations`).
     pub iter: u64,
     /// `_num_yielded`: batches yielded this epoch.
     pub yielded: u64,
@@ -37,6 +38,10 @@ pub struct Count {
     /// them this epoch. None otherwise (an iterable dataset's workers are
     /// sent requests that end in no batch).
     pub sent: Option<u64>,
+    /// The pid of the iterator's worker 0, when the read looked its
+    /// workers up by name (a full read, not a count read) and it was
+    /// started: another iterator at the same address has other workers.
+    pub first_worker: Option<i32>,
 }
 
 impl Count {
@@ -65,6 +70,8 @@ struct Epoch {
     /// without workers) since its count last rose: it will yield it, so
     /// the epoch's count is at least one more.
     building: bool,
+    /// Its iterator's worker 0, once a read said (`Count::first_worker`).
+    first_worker: Option<i32>,
 }
 
 impl Epoch {
@@ -75,7 +82,14 @@ impl Epoch {
             drained: false,
             over: None,
             building: false,
+            first_worker: c.first_worker,
         }
+    }
+
+    /// `c` is of another iterator than this epoch's, though at the same
+    /// address: its first worker is another process.
+    fn other_iterator(&self, c: &Count) -> bool {
+        matches!((self.first_worker, c.first_worker), (Some(a), Some(b)) if a != b)
     }
 
     /// The epoch's count once it is over, with what earlier epochs said of
@@ -109,6 +123,7 @@ impl Epoch {
         }
         self.yielded = c.yielded;
         self.sent = c.sent;
+        self.first_worker = self.first_worker.or(c.first_worker);
     }
 }
 
@@ -164,8 +179,8 @@ pub struct EpochTotal {
 impl EpochTotal {
     /// A read of an iterator. A count below the last one at the same
     /// address starts an epoch (an iterator reset, or a new one where the
-    /// old one was); a new address is a new iterator, and the epochs of the
-    /// others are over.
+    /// old one was), as does another first worker there; a new address is
+    /// a new iterator, and the epochs of the others are over.
     pub fn see(&mut self, c: Count) {
         // Every batch yielded was sent first: a read that says otherwise
         // was torn (the iterator changed under it) and says nothing.
@@ -174,7 +189,11 @@ impl EpochTotal {
         }
         let before = self.current.replace(c.iter);
         match self.last.get_mut(&c.iter) {
-            Some(e) if c.yielded < e.yielded => {
+            // Another iterator where this one was: without persistent
+            // workers the next epoch's is often where the last one's was
+            // freed, and one first read only once it had yielded as many
+            // is told by its workers (an 8-batch epoch lost in 70).
+            Some(e) if c.yielded < e.yielded || e.other_iterator(&c) => {
                 let n = self.learned.closed(e);
                 self.done += n;
                 self.epochs += 1;
@@ -252,6 +271,7 @@ mod tests {
             iter,
             yielded,
             sent: None,
+            first_worker: None,
         }
     }
 
@@ -336,6 +356,7 @@ mod tests {
             iter,
             yielded,
             sent: Some(sent),
+            first_worker: None,
         }
     }
 
@@ -428,5 +449,31 @@ mod tests {
         t.see(s(0x20, 6, 8));
         t.see(s(0x30, 0, 2));
         assert_eq!(t.total(), 14 + 16 + 16 + 6);
+    }
+
+    #[test]
+    fn another_iterator_where_one_was_is_told_by_its_first_worker() {
+        let w = |c: Count, pid: i32| Count {
+            first_worker: Some(pid),
+            ..c
+        };
+        let mut t = EpochTotal::default();
+        // An 8-batch epoch at 0x10, its workers read (worker 0: pid 100).
+        t.see(w(s(0x10, 2, 4), 100));
+        t.see(s(0x10, 8, 8));
+        // The next epoch's iterator at 0x20, then the one after it where
+        // the first was freed, first read once it had yielded all 8.
+        t.see(s(0x20, 8, 8));
+        t.see(w(s(0x10, 8, 8), 200));
+        assert_eq!((t.total(), t.epochs), (24, 2));
+        // Read again, by count or with the same worker: the same epoch.
+        t.see(s(0x10, 8, 8));
+        t.see(w(s(0x10, 8, 8), 200));
+        assert_eq!(t.total(), 24);
+        // Its workers first read mid-epoch (the count fell: a new epoch
+        // already): not another iterator.
+        t.see(s(0x10, 1, 3));
+        t.see(w(s(0x10, 3, 5), 300));
+        assert_eq!(t.total(), 24 + 3);
     }
 }

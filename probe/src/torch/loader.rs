@@ -76,7 +76,23 @@ pub struct IterReader {
     /// next look comes at the next read, not after the wait of a look
     /// that found nothing (`look_again`).
     torn: u32,
+    /// The iterator was taken after the last one was lost, or is another
+    /// one, and its workers were not read by name since: what was known
+    /// of an iterator at its address is not taken for its (the next
+    /// epoch's iterator is often where a freed one was, its ident the
+    /// same), and its first worker tells it (`Count::first_worker`).
+    acquired: bool,
+    /// Reads in a row that found the iterator alive and its count not
+    /// set yet (taken in its constructor, before `_num_yielded`): up to
+    /// `UNREADABLE_READS` of them, it is read again at the next read, not
+    /// after a look's wait.
+    unreadable: u32,
 }
+
+/// Reads again at once of an iterator alive whose count is not set yet:
+/// its constructor starts the workers (tens of milliseconds under fork),
+/// the count reads come every few.
+const UNREADABLE_READS: u32 = 8;
 
 /// Looks in a row, each cut short by a read, the first two followed by
 /// another at once.
@@ -169,6 +185,8 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         unchanged: Cell::new(false),
         relooked: false,
         torn: 0,
+        acquired: false,
+        unreadable: 0,
     }))
 }
 
@@ -428,9 +446,10 @@ impl IterReader {
 
     /// (worker id, pid) of each worker: its index in `_workers` is the
     /// id torch gives it (`get_worker_info().id`).
-    fn workers(&self, list: u64) -> Vec<(u32, i32)> {
-        let items = self.objs.items(list).unwrap_or_default();
-        items
+    /// None when the list cannot be read.
+    fn workers(&self, list: u64) -> Option<Vec<(u32, i32)>> {
+        let items = self.objs.items(list).ok()?;
+        let workers = items
             .iter()
             .enumerate()
             .filter_map(|(i, &w)| {
@@ -438,7 +457,8 @@ impl IterReader {
                 Some((u32::try_from(i).ok()?, i32::try_from(pid).ok()?))
             })
             .filter(|&(_, p)| p > 0)
-            .collect()
+            .collect();
+        Some(workers)
     }
 }
 
@@ -463,7 +483,7 @@ impl LoaderReader for IterReader {
     }
 
     fn look_again(&self) -> bool {
-        (1..TORN_LOOKS).contains(&self.torn)
+        (1..TORN_LOOKS).contains(&self.torn) || (1..=UNREADABLE_READS).contains(&self.unreadable)
     }
 
     fn another_loader_began(&mut self) -> bool {
@@ -504,6 +524,7 @@ impl LoaderReader for IterReader {
             iter: self.iter,
             yielded,
             sent,
+            first_worker: None,
         })
     }
 
@@ -517,6 +538,7 @@ impl LoaderReader for IterReader {
         // replace this one, whose last iterator, done, can live on until
         // the GC frees it (a cycle), reading as alive.
         let alive = self.still_there();
+        let before = self.iter;
         let prompted = std::mem::take(&mut self.prompted);
         let mut looked = !alive || prompted;
         if alive && !prompted && self.looked.elapsed() >= LOOK_EVERY {
@@ -583,6 +605,7 @@ impl LoaderReader for IterReader {
             debug!(iter = self.iter, "the DataLoader iterator is gone");
             return None;
         }
+        self.acquired |= looked && (!alive || self.iter != before);
         let counts = match self.counts_fast() {
             Some(c) if !looked => Some(c),
             _ => self.counts_slow(),
@@ -592,8 +615,10 @@ impl LoaderReader for IterReader {
                 iter = self.iter,
                 "the DataLoader iterator's count is unreadable"
             );
+            self.unreadable += 1;
             return None;
         };
+        self.unreadable = 0;
         let sl = self.slots.as_ref()?;
         let ident = sl.ident.clone();
         let tasks_outstanding = sl.outstanding.and_then(|slot| self.int_at(sl, slot));
@@ -602,13 +627,15 @@ impl LoaderReader for IterReader {
         // while some are missing (an iterator read while it is being
         // built: its workers not all started, an attribute not set yet),
         // at most every LOOK_EVERY after its first reads.
-        let fresh = self.known.as_ref().is_some_and(|k| {
-            k.iter == iter
-                && k.ident == ident
-                && (k.state.complete() || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
-        });
+        let fresh = !self.acquired
+            && self.known.as_ref().is_some_and(|k| {
+                k.iter == iter
+                    && k.ident == ident
+                    && (k.state.complete() || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
+            });
         if !fresh {
             let state = self.read_state()?;
+            self.acquired = false;
             let reads = match &self.known {
                 Some(k) if k.iter == iter && k.ident == ident => k.reads + 1,
                 _ => 1,
@@ -624,6 +651,9 @@ impl LoaderReader for IterReader {
         let known = self.known.as_ref()?;
         Some(LoaderState {
             iter,
+            // Only as read now: an iterator's workers kept from an earlier
+            // read may be another's at the same address.
+            first_worker: known.state.first_worker.filter(|_| !fresh),
             num_yielded,
             sent,
             tasks_outstanding,
@@ -667,6 +697,7 @@ impl IterReader {
             self.int_of(at)
         };
         let dataset = value(7);
+        let workers = value(5).and_then(|l| self.workers(l));
         let state = LoaderState {
             iter: self.iter,
             dataset_type: dataset.and_then(|d| self.objs.type_name(d).ok()),
@@ -680,7 +711,11 @@ impl IterReader {
             batch_size: sampler("batch_size").and_then(|v| u64::try_from(v).ok()),
             drop_last: sampler("drop_last").is_some_and(|v| v != 0),
             tasks_outstanding: None,
-            workers: value(5).map(|l| self.workers(l)).unwrap_or_default(),
+            first_worker: workers
+                .as_ref()
+                .and_then(|w| w.iter().find(|(id, _)| *id == 0))
+                .map(|&(_, pid)| pid),
+            workers: workers.unwrap_or_default(),
             map_style: int(6) == Some(0),
             replaced: self.replaced,
         };

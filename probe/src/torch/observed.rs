@@ -32,6 +32,10 @@ pub struct LoaderState {
     pub tasks_outstanding: Option<u64>,
     /// (worker id, pid) of each worker process.
     pub workers: Vec<(u32, i32)>,
+    /// The pid of worker 0 when the workers were read by name for this
+    /// state; None when kept from an earlier read, not read, or not
+    /// started yet (`Count::first_worker`).
+    pub first_worker: Option<i32>,
     /// A map-style dataset's loader (`_dataset_kind` 0), not an iterable
     /// one's.
     pub map_style: bool,

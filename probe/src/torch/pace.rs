@@ -350,6 +350,7 @@ mod tests {
             iter,
             yielded,
             sent: None,
+            first_worker: None,
         })
     }
 
@@ -360,6 +361,7 @@ mod tests {
                 iter,
                 yielded,
                 sent: Some(sent),
+                first_worker: None,
             })
         };
         let r = |b, n, end| reach(b, n, end, None, 0);
@@ -406,6 +408,7 @@ mod tests {
                 iter: 1,
                 yielded,
                 sent: Some(yielded + 4),
+                first_worker: None,
             })
         };
         let mut s = Schedule::default();
@@ -462,6 +465,7 @@ mod tests {
                 iter: 1,
                 yielded,
                 sent: Some(sent),
+                first_worker: None,
             })
         };
         // An 8-batch epoch whose first batch took its workers' start-up:

@@ -30,7 +30,7 @@ use super::pace::{Jitter, LossWait, Schedule, COUNTS_PER_TICK};
 use super::recorder::Recorder;
 pub use super::recorder::{Recorded, StageStack};
 use super::spans::Role;
-use super::stage::{classify, loader_entry, sharing_strategy, Frame, Stage};
+use super::stage::{classify, inner_loader_frames, loader_entry, sharing_strategy, Frame, Stage};
 use super::tally::{add_cpu, add_loop, count_wait, seen, WorkerTicks};
 use super::thread_cpu::ThreadCpu;
 use super::worker_ticks::{start_up_holds_the_loop, wait_of, worker_stages, WorkerThread};
@@ -100,6 +100,7 @@ impl StageSampler {
             reader,
             loop_thread: None,
             loop_stage: None,
+            iter_lost: false,
             workers_starting: false,
             last_loop_ns: 0,
             recorder: Recorder::default(),
@@ -190,6 +191,9 @@ struct Run {
     loop_thread: Option<u64>,
     /// The loop's stage at its last read that told one.
     loop_stage: Option<Stage>,
+    /// No count of the followed iterator could be read at the last read:
+    /// it is gone (an epoch ended), and the next one is looked for.
+    iter_lost: bool,
     /// At the last tick a worker was starting and none worked on a batch
     /// (`Run::starting_wait`).
     workers_starting: bool,
@@ -214,6 +218,10 @@ const REREADS: usize = 2;
 /// a stall of 95% within ±0.7 points), or one once the cost meter slows
 /// the sampler (±1.4 points).
 const LOOP_READS_PER_PERIOD: u32 = COUNTS_PER_TICK;
+/// Frames in dataloader.py inside the loop's outermost one whose `self`
+/// is read for a new iterator, at most (`which_loader`): `__iter__`,
+/// `_get_iterator` and the iterator's `__init__` come first.
+const INNER_FRAMES_TRIED: usize = 3;
 /// Between two full reads of the loader's state.
 const STATE_EVERY: Duration = Duration::from_millis(500);
 /// Between two full reads while the loop is in another loader's calls.
@@ -235,11 +243,21 @@ impl Run {
         let mut schedule = Schedule::default();
         let mut last_count: Option<Count> = None;
         let mut jitter = Jitter::seeded(last_stacks);
+        // The loop was just seen in a new iterator of the loader while the
+        // last one is lost: it is read now, not a count read's wait later.
+        let mut hinted = false;
+        // The iterator read last had not started all its workers: it was
+        // taken in its constructor. Read again every period until it has,
+        // not at the next full read half a second on: an epoch's workers
+        // may be done by then, never followed.
+        let mut starting = false;
         while !stop.load(Ordering::Relaxed) {
             // Jittered (0.5 to 1.5 times the period, 1 on average): a loop
             // whose own period divides the sampler's would otherwise be
             // caught at the same point of it tick after tick.
-            std::thread::sleep((self.period / schedule.per_period()).mul_f64(jitter.next()));
+            if !std::mem::take(&mut hinted) {
+                std::thread::sleep((self.period / schedule.per_period()).mul_f64(jitter.next()));
+            }
             let now = Instant::now();
             // A full read every STATE_EVERY, and soon after the iterator
             // was lost (an epoch ended: the next one's is to be found): as
@@ -267,6 +285,7 @@ impl Run {
             // the cost of a read by name, not of a look.
             let read = began
                 || renewed
+                || (starting && due(self.period))
                 || (lost && (self.reader.hinted() || self.reader.look_again()))
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
@@ -285,6 +304,7 @@ impl Run {
                 None
             };
             if let Some(s) = &state {
+                starting = s.workers.len() < s.num_workers as usize;
                 self.follow_workers(&s.workers);
                 // The thread whose frames hold the iterator is the loop's,
                 // known from the first read: a loop that seldom waits (a
@@ -298,10 +318,12 @@ impl Run {
                     iter: s.iter,
                     yielded: s.num_yielded,
                     sent: s.sent,
+                    first_worker: s.first_worker,
                 }),
                 None => self.reader.yielded(),
             };
             let was_lost = std::mem::replace(&mut lost, count.is_none());
+            self.iter_lost = lost;
             if !lost {
                 loss = LossWait::default();
             } else if !was_lost && !read {
@@ -340,6 +362,11 @@ impl Run {
                 last_stacks = mono;
                 schedule.ticked(self.thin.stages_slowed());
             }
+            // An epoch of a few batches can end within a wait: a loader
+            // whose 8-batch epochs took 0.1 s each, one worker new each
+            // epoch, counted 9-17% short when its iterators were taken
+            // at the wakeup after the one that saw the loop in them.
+            hinted = lost && self.reader.hinted();
         }
     }
 
@@ -669,10 +696,27 @@ impl Run {
         if st == Stage::Other {
             return st;
         }
-        let frame = self
-            .loop_stack(stacks)
-            .and_then(|s| s.addrs.get(loader_entry(&s.frames)?).copied());
-        match frame.and_then(|f| self.reader.serves(f)) {
+        let Some(s) = self.loop_stack(stacks) else {
+            return st;
+        };
+        let frame = loader_entry(&s.frames).and_then(|e| s.addrs.get(e).copied());
+        let serves = frame.and_then(|f| self.reader.serves(f));
+        // While the iterator is lost, the loop may be in the next one's
+        // constructor (its workers starting, tens of milliseconds), under
+        // the loader's `__iter__`: the `self` of a frame inside it is the
+        // iterator. Taken then, an epoch of a few batches is read from its
+        // start, not found by a look after it ended.
+        if self.iter_lost && serves == Some(true) && !self.reader.hinted() {
+            for i in inner_loader_frames(&s.frames).take(INNER_FRAMES_TRIED) {
+                if let Some(&f) = s.addrs.get(i) {
+                    self.reader.serves(f);
+                }
+                if self.reader.hinted() {
+                    break;
+                }
+            }
+        }
+        match serves {
             Some(false) => Stage::OtherLoader,
             _ => st,
         }

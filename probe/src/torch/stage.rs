@@ -198,6 +198,13 @@ pub fn loader_entry<F: Frame>(frames: &[F]) -> Option<usize> {
     frames.iter().position(is_dataloader)
 }
 
+/// The positions of the frames in dataloader.py below the outermost
+/// (`loader_entry`), outermost first.
+pub fn inner_loader_frames<F: Frame>(frames: &[F]) -> impl Iterator<Item = usize> + '_ {
+    let entry = loader_entry(frames).map_or(frames.len(), |e| e + 1);
+    (entry..frames.len()).filter(move |&i| is_dataloader(&frames[i]))
+}
+
 /// The training loop inside the loader's `next()` or `iter()`.
 fn loader_call<F: Frame>(frames: &[F]) -> Stage {
     // Workers being started (the iterator's constructor, under
