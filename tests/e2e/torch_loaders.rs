@@ -258,3 +258,30 @@ fn dataloader_made_anew_each_epoch_is_followed() {
         );
     }
 }
+
+/// A loop wrapped by Hugging Face Accelerate (`Accelerator.prepare`, as
+/// transformers' Trainer wraps it): the loop iterates a generator,
+/// `DataLoaderShard.__iter__`, whose frame holds the DataLoader's
+/// iterator and takes each batch one ahead. Epochs of 16 batches on one
+/// worker new each epoch (~0.2 s): each epoch's iterator is often where
+/// a freed one was, and is taken while its worker starts. With 8-batch
+/// epochs the previous binary counted 9-17% short (docs/pytorch.md,
+/// *Short epochs*).
+#[test]
+fn dataloader_wrapped_by_accelerate_with_short_epochs() {
+    crate::torch::check_all(&Case {
+        script: "torch_pyxform.py",
+        args: &[
+            "--accelerate",
+            "--num-workers",
+            "1",
+            "--batch-size",
+            "16",
+            "--epoch-samples",
+            "256",
+            "--pyiters",
+            "3000",
+        ],
+        seconds: 8.0,
+    });
+}

@@ -43,6 +43,11 @@ RUNS = {
                                  ["--num-workers", "2", "--no-persistent-workers",
                                   "--epoch-samples", "100", "--batch-size", "16",
                                   "--seconds", "3"]),
+    # the loop wrapped by Hugging Face Accelerate: its generator starts each epoch's
+    # iterator at the first batch, and the WORKERS lines come then
+    "pyxform_accelerate_w1": ("torch_pyxform", "map",
+                              ["--accelerate", "--num-workers", "1", "--epoch-samples", "64",
+                               "--batch-size", "16", "--pyiters", "300", "--seconds", "3"]),
     # stopped by a SIGINT to its process group (as a Ctrl-C would be)
     "pyxform_w2_sigint": ("torch_pyxform", "map",
                           ["--num-workers", "2", "--persistent-workers", "--step-ms", "5",
@@ -200,6 +205,11 @@ def test_iterable_short_epochs():
     assert log.counters["epoch"][-1] >= 2, "expected several short epochs"
 
 
+def test_accelerate_short_epochs():
+    log = check("pyxform_accelerate_w1")
+    assert log.counters["epoch"][-1] >= 2, "expected several short epochs"
+
+
 def test_sigint_to_process_group():
     name = "pyxform_w2_sigint"
     p = PROCS[name]
@@ -232,7 +242,8 @@ def _zombie(pid):
 
 
 TESTS = [test_sigint_to_process_group, test_image_no_workers,
-         test_checksum_same_under_fork_and_spawn, test_iterable_short_epochs]
+         test_checksum_same_under_fork_and_spawn, test_iterable_short_epochs,
+         test_accelerate_short_epochs]
 
 
 if __name__ == "__main__":

@@ -157,6 +157,11 @@ def make_parser(module):
                         "validation in EvaluationLoop.run, whose locals hold the loaders only as "
                         "fetcher._combined_loader._iterables (as Lightning's loops hold a "
                         "DataModule's): no name says which loader is which")
+    p.add_argument("--accelerate", action="store_true",
+                   help="wrap the training loader with Hugging Face Accelerate "
+                        "(Accelerator(cpu=True).prepare, as transformers' Trainer does): the "
+                        "loop iterates DataLoaderShard.__iter__, a generator that holds the "
+                        "DataLoader's iterator and takes each batch one ahead")
     p.add_argument("--loader-class", choices=("DataLoader", "derived"), default="DataLoader",
                    help="derived: the training loader is of a class of the job's own, derived "
                         "from a mixin and then DataLoader (a validation loader stays torch's)")
@@ -176,6 +181,9 @@ def parse_args(module, argv=None):
         raise SystemExit("--stall-detail does not leave out --new-loader's builds")
     if a.loops and (a.new_loader or a.two_deep or not a.val_samples):
         raise SystemExit("--loops takes --val-samples, without --new-loader or --two-deep")
+    if a.accelerate and (a.loops or a.two_deep or a.new_loader or a.val_samples):
+        raise SystemExit("--accelerate wraps the one training loader: without --loops, "
+                         "--two-deep, --new-loader or --val-samples")
     if a.batch_size <= 0 or a.num_workers < 0:
         raise SystemExit("--batch-size must be positive and --num-workers non-negative")
     return a
@@ -338,7 +346,11 @@ class _Blocked:
 
 
 def worker_pids(it):
-    """Pids of a multi-process iterator's workers (None for num_workers=0)."""
+    """Pids of a multi-process iterator's workers (None for num_workers=0, or for a
+    wrapper's generator before its first batch: its frame holds the iterator)."""
+    frame = getattr(it, "gi_frame", None)
+    if frame is not None:
+        it = frame.f_locals.get("dataloader_iter")
     ws = getattr(it, "_workers", None)
     if ws is None:
         return None
@@ -468,13 +480,21 @@ def run(module, args):
     torch.manual_seed(args.seed)
     dataset = module.build(args)
     loader = make_loader(dataset, args)
+    if args.accelerate:
+        try:
+            from accelerate import Accelerator
+        except ImportError:
+            raise SystemExit("--accelerate needs accelerate in the venv "
+                             "(tests/requirements-torch.txt: bash scripts/torch.sh)")
+        loader = Accelerator(cpu=True).prepare(loader)
     step = Step(args.step_ms) if args.step_ms > 0 else None
     nw = args.num_workers
     persistent = int(bool(args.persistent_workers and nw > 0))
     prefetch = (args.prefetch_factor if args.prefetch_factor is not None else 2) if nw else "none"
 
     st = {"it": None, "epoch": 0, "stall": 0, "stall_cpu": 0, "stall_runq": 0, "pids": None,
-          "started": False, "val_ns": 0, "val_root": 0, "root": 0, "elems": 0}
+          "started": False, "val_ns": 0, "val_root": 0, "root": 0, "elems": 0,
+          "unnoted": False}
     truth = args.stall_detail
     val_loader = None
     if args.val_samples > 0:
@@ -529,6 +549,15 @@ def run(module, args):
         loader = None
         loader = make_loader(module.build(args), args)
 
+    def note_workers():
+        """A WORKERS line when the iterator's workers are new; whether they were known."""
+        pids = worker_pids(st["it"])
+        if pids is not None and pids != st["pids"]:
+            st["pids"] = pids
+            _emit(f"WORKERS pids={','.join(map(str, pids))} epoch={st['epoch']} "
+                  f"wall_ns={time.time_ns()}")
+        return pids is not None
+
     def next_batch():
         t = time.perf_counter_ns()
         if truth:
@@ -538,13 +567,13 @@ def run(module, args):
                 if st["it"] is None:
                     with _Blocked():
                         st["it"] = iter(the_loader())
-                    pids = worker_pids(st["it"])
-                    if pids is not None and pids != st["pids"]:
-                        st["pids"] = pids
-                        _emit(f"WORKERS pids={','.join(map(str, pids))} epoch={st['epoch']} "
-                              f"wall_ns={time.time_ns()}")
+                    # A wrapper's generator starts the iterator at its first batch.
+                    st["unnoted"] = not note_workers() and hasattr(st["it"], "gi_frame")
                 try:
-                    return next(st["it"])
+                    batch = next(st["it"])
+                    if st["unnoted"]:
+                        st["unnoted"] = not note_workers()
+                    return batch
                 except StopIteration:
                     st["it"] = None
                     if st["started"]:

@@ -82,6 +82,8 @@ pub struct IterReader {
     /// epoch's iterator is often where a freed one was, its ident the
     /// same), and its first worker tells it (`Count::first_worker`).
     acquired: bool,
+    /// The count read last (`yielded`).
+    last_yielded: Option<u64>,
     /// Reads in a row that found the iterator alive and its count not
     /// set yet (taken in its constructor, before `_num_yielded`): up to
     /// `UNREADABLE_READS` of them, it is read again at the next read, not
@@ -89,6 +91,10 @@ pub struct IterReader {
     unreadable: u32,
 }
 
+/// Reads by name in a row of an iterator whose settings or workers are
+/// not all there yet, before the next waits LOOK_EVERY: a loader whose
+/// batch size cannot be read is not read by name every period.
+const INCOMPLETE_READS: u32 = 8;
 /// Reads again at once of an iterator alive whose count is not set yet:
 /// its constructor starts the workers (tens of milliseconds under fork),
 /// the count reads come every few.
@@ -134,7 +140,7 @@ struct Known {
 
 impl LoaderState {
     /// Every worker started, and the batch size known.
-    fn complete(&self) -> bool {
+    pub(super) fn complete(&self) -> bool {
         self.workers.len() >= self.num_workers as usize && self.batch_size.is_some()
     }
 }
@@ -186,6 +192,7 @@ pub fn find(py: &PyProcess) -> Result<Option<IterReader>> {
         relooked: false,
         torn: 0,
         acquired: false,
+        last_yielded: None,
         unreadable: 0,
     }))
 }
@@ -504,12 +511,22 @@ impl LoaderReader for IterReader {
         let counts = if fast.is_some() && !pending {
             self.relooked = false;
             fast
-        } else if pending || !self.relooked {
+        } else if pending || !self.relooked || (1..=UNREADABLE_READS).contains(&self.unreadable) {
             // Once per loss: another loader's iterator where this one was
             // (a validation pass) is not looked at again at every read.
+            // The next epoch's iterator where this one was freed, still in
+            // its constructor (its count not set yet), is: up to
+            // UNREADABLE_READS times, else its whole epoch of a few
+            // batches could pass before the next look.
             self.relooked = true;
             if self.still_there() {
-                self.counts_slow().or(fast)
+                let slow = self.counts_slow();
+                self.unreadable = if slow.is_some() {
+                    0
+                } else {
+                    self.unreadable + 1
+                };
+                slow.or(fast)
             } else {
                 fast
             }
@@ -520,6 +537,17 @@ impl LoaderReader for IterReader {
             tracing::trace!(iter = self.iter, "no batch count through the cached slots");
             return None;
         };
+        // A count that fell, without persistent workers: a new iterator
+        // where the last one was freed (its ident often the same), whose
+        // workers are new: the next full read reads them by name.
+        let persistent = self
+            .known
+            .as_ref()
+            .is_some_and(|k| k.state.persistent_workers);
+        if self.last_yielded.is_some_and(|l| yielded < l) && !persistent {
+            self.acquired = true;
+        }
+        self.last_yielded = Some(yielded);
         Some(Count {
             iter: self.iter,
             yielded,
@@ -626,12 +654,14 @@ impl LoaderReader for IterReader {
         // Settings are read by name once per iterator object, and again
         // while some are missing (an iterator read while it is being
         // built: its workers not all started, an attribute not set yet),
-        // at most every LOOK_EVERY after its first reads.
+        // at most every LOOK_EVERY after its first INCOMPLETE_READS (the
+        // sampler reads one being built every period).
         let fresh = !self.acquired
             && self.known.as_ref().is_some_and(|k| {
                 k.iter == iter
                     && k.ident == ident
-                    && (k.state.complete() || (k.reads >= 3 && k.read_at.elapsed() < LOOK_EVERY))
+                    && (k.state.complete()
+                        || (k.reads >= INCOMPLETE_READS && k.read_at.elapsed() < LOOK_EVERY))
             });
         if !fresh {
             let state = self.read_state()?;

@@ -246,10 +246,11 @@ impl Run {
         // The loop was just seen in a new iterator of the loader while the
         // last one is lost: it is read now, not a count read's wait later.
         let mut hinted = false;
-        // The iterator read last had not started all its workers: it was
-        // taken in its constructor. Read again every period until it has,
-        // not at the next full read half a second on: an epoch's workers
-        // may be done by then, never followed.
+        // The iterator read last had not started all its workers, or its
+        // batch size was not set: it was taken in its constructor. Read
+        // again every period until it has, not at the next full read half
+        // a second on: an epoch's workers may be done by then, never
+        // followed.
         let mut starting = false;
         while !stop.load(Ordering::Relaxed) {
             // Jittered (0.5 to 1.5 times the period, 1 on average): a loop
@@ -304,7 +305,7 @@ impl Run {
                 None
             };
             if let Some(s) = &state {
-                starting = s.workers.len() < s.num_workers as usize;
+                starting = !s.complete();
                 self.follow_workers(&s.workers);
                 // The thread whose frames hold the iterator is the loop's,
                 // known from the first read: a loop that seldom waits (a
@@ -338,8 +339,11 @@ impl Run {
             // A new iterator (an epoch's, without persistent workers)
             // starts new workers: the next read finds them, rather than
             // one up to STATE_EVERY later (their start-up, seconds under
-            // spawn or forkserver, would go unseen meanwhile).
-            renewed = matches!((count, &last_count), (Some(c), Some(l)) if c.iter != l.iter);
+            // spawn or forkserver, would go unseen meanwhile). So does a
+            // count that fell: an iterator reset, or a new one where the
+            // last one was freed.
+            renewed = matches!((count, &last_count),
+                (Some(c), Some(l)) if c.iter != l.iter || c.yielded < l.yielded);
             if lost {
                 schedule.lost();
             }
@@ -393,8 +397,20 @@ impl Run {
             tracing::trace!(c.iter, c.yielded, c.sent, "batch count read");
             o.batches.see(c);
         }
-        if state.is_some() {
-            o.state = state;
+        if let Some(mut s) = state {
+            // The loader's settings do not change from one iterator to the
+            // next: one read while its iterator is being built keeps those
+            // the last read had (a window that ended in an epoch's first
+            // milliseconds said no batch size).
+            if let Some(was) = o
+                .state
+                .as_ref()
+                .filter(|w| w.dataset_type == s.dataset_type)
+            {
+                s.batch_size = s.batch_size.or(was.batch_size);
+                s.prefetch_factor = s.prefetch_factor.or(was.prefetch_factor);
+            }
+            o.state = Some(s);
         }
     }
 
