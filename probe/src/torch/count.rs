@@ -29,8 +29,8 @@ use std::collections::HashMap;
 /// One read of an iterator's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Count {
-    /// The iterator object: its address, and above it which of the
-    /// iterators seen at that address it is (`ident::Incarnations`).
+    /// The iterator object (its address: another iterator may be there
+    /// later, see `first_worker`).
     pub iter: u64,
     /// `_num_yielded`: batches yielded this epoch.
     pub yielded: u64,

@@ -76,11 +76,12 @@ pub struct IterReader {
     /// next look comes at the next read, not after the wait of a look
     /// that found nothing (`look_again`).
     torn: u32,
-    /// The iterator was taken after the last one was lost, or is another
-    /// one, and its workers were not read by name since: what was known
-    /// of an iterator at its address is not taken for its (the next
-    /// epoch's iterator is often where a freed one was, its ident the
-    /// same), and its first worker tells it (`Count::first_worker`).
+    /// The iterator was taken after the last one was lost, is another
+    /// one, or its count fell without persistent workers, and its workers
+    /// were not read by name since: what was known of an iterator at its
+    /// address is not taken for this one's (the next epoch's iterator is
+    /// often where a freed one was, its ident the same), and its first
+    /// worker tells it (`Count::first_worker`).
     acquired: bool,
     /// The count read last (`yielded`).
     last_yielded: Option<u64>,

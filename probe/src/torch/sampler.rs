@@ -233,7 +233,7 @@ impl Run {
         let mut last_stacks = now_ns().0;
         self.last_loop_ns = last_stacks;
         let mut last_state: Option<Instant> = None;
-        let mut lost = false;
+        self.iter_lost = false;
         // The wait between two looks while the iterator stays lost.
         let mut loss = LossWait::default();
         let mut renewed = false;
@@ -281,22 +281,22 @@ impl Run {
             // iterator may read as alive until the GC frees it); the look
             // tells which (`IterReader::state`).
             let began = self.reader.another_loader_began();
-            let elsewhere = lost && self.loop_stage == Some(Stage::OtherLoader);
+            let elsewhere = self.iter_lost && self.loop_stage == Some(Stage::OtherLoader);
             // The loop seen in a new iterator of this loader: taken now, at
             // the cost of a read by name, not of a look.
             let read = began
                 || renewed
                 || (starting && due(self.period))
-                || (lost && (self.reader.hinted() || self.reader.look_again()))
+                || (self.iter_lost && (self.reader.hinted() || self.reader.look_again()))
                 || if elsewhere {
                     due(STATE_ELSEWHERE)
-                } else if lost {
+                } else if self.iter_lost {
                     due(loss.wait())
                 } else {
                     due(STATE_EVERY)
                 };
             let state = if read {
-                if lost {
+                if self.iter_lost {
                     loss.read(STATE_EVERY);
                 }
                 last_state = Some(now);
@@ -323,8 +323,8 @@ impl Run {
                 }),
                 None => self.reader.yielded(),
             };
-            let was_lost = std::mem::replace(&mut lost, count.is_none());
-            self.iter_lost = lost;
+            let was_lost = std::mem::replace(&mut self.iter_lost, count.is_none());
+            let lost = self.iter_lost;
             if !lost {
                 loss = LossWait::default();
             } else if !was_lost && !read {
